@@ -1,0 +1,3 @@
+from pretextual.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Checkpoints without pickle: tensors in safetensors, everything else in JSON.
+
+A checkpoint is a directory ``checkpoints/step-NNNNNNN/`` holding
+``model.safetensors`` (the PretrainingModel state: ``bert.*`` and
+``heads.<name>.*``), ``optimizer.safetensors`` (AdamW moments and RNG states)
+and ``trainer.json`` (step, encoder config, objectives, scheduler, param
+groups, and a sha256 of each tensor file). It is written under a temporary
+name and renamed, so a crash mid-write never leaves a corrupt latest
+checkpoint; a corrupt one is detected by its checksums and skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from pretextual.errors import CheckpointError
+
+FORMAT_VERSION = 1
+MODEL_FILE, OPTIMIZER_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "trainer.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _flatten_optimizer(state_dict: dict) -> tuple[dict[str, torch.Tensor], list]:
+    tensors = {}
+    for index, per_param in state_dict["state"].items():
+        for key, value in per_param.items():
+            tensors[f"state.{index}.{key}"] = torch.as_tensor(value)
+    return tensors, state_dict["param_groups"]
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], param_groups: list) -> dict:
+    state: dict[int, dict] = {}
+    for name, value in tensors.items():
+        if name.startswith("state."):
+            _, index, key = name.split(".", 2)
+            state.setdefault(int(index), {})[key] = value
+    return {"state": state, "param_groups": param_groups}
+
+
+@dataclass
+class Checkpoint:
+    """A verified checkpoint on disk."""
+
+    path: Path
+    meta: dict
+
+    @property
+    def step(self) -> int:
+        return int(self.meta["step"])
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        return load_file(str(self.path / MODEL_FILE))
+
+    def optimizer_tensors(self) -> dict[str, torch.Tensor]:
+        return load_file(str(self.path / OPTIMIZER_FILE))
+
+    def optimizer_state(self) -> dict:
+        return _unflatten_optimizer(self.optimizer_tensors(), self.meta["param_groups"])
+
+
+def save_checkpoint(directory: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    meta: dict, rng: dict[str, torch.Tensor], keep: int) -> Path:
+    """Write ``directory/step-NNNNNNN`` atomically and keep only the newest ``keep``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"step-{step:07d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:07d}-", dir=directory))
+    try:
+        model_state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(model_state, str(tmp / MODEL_FILE))
+        tensors, groups = _flatten_optimizer(optimizer.state_dict())
+        tensors.update({f"rng.{k}": v for k, v in rng.items()})
+        save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(tmp / OPTIMIZER_FILE))
+        meta = {**meta, "format": FORMAT_VERSION, "step": step, "param_groups": groups,
+                "sha256": {f: _sha256(tmp / f) for f in (MODEL_FILE, OPTIMIZER_FILE)}}
+        (tmp / STATE_FILE).write_text(json.dumps(meta, indent=1))
+        for f in tmp.iterdir():
+            with open(f, "rb") as handle:
+                os.fsync(handle.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in list_checkpoints(directory)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint directories, oldest first (temporary ones excluded)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith("step-"))
+
+
+def open_checkpoint(path: Path) -> Checkpoint:
+    """Open and verify one checkpoint; CheckpointError names the file that is wrong."""
+    path = Path(path)
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise CheckpointError(f"{path}: not a checkpoint (no {STATE_FILE})")
+    try:
+        meta = json.loads(state_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{state_file}: corrupt ({exc})") from None
+    for name, expected in meta.get("sha256", {}).items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{file}: missing")
+        if _sha256(file) != expected:
+            raise CheckpointError(f"{file}: corrupt (sha256 does not match {STATE_FILE})")
+    try:
+        with open(path / MODEL_FILE, "rb") as f:  # the header parses: the file is safetensors
+            header_len = int.from_bytes(f.read(8), "little")
+            json.loads(f.read(header_len))
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise CheckpointError(f"{path / MODEL_FILE}: not a safetensors file ({exc})") from None
+    return Checkpoint(path, meta)
+
+
+def latest_checkpoint(directory: Path) -> Checkpoint | None:
+    """The newest checkpoint that verifies, warning about (and skipping) corrupt ones."""
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return open_checkpoint(path)
+        except CheckpointError as exc:
+            print(f"pretextual: warning: skipping checkpoint: {exc}", file=sys.stderr)
+    return None

@@ -1,0 +1,301 @@
+"""The config schema (typed dataclasses) and its loading: recipe or YAML file, then key=value overrides.
+
+Each field's docstring is its documentation; docs/config.md is generated from
+these classes (``python -m pretextual.core.config``), so it cannot drift.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pretextual.core.encoder import PRESETS
+from pretextual.errors import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "mini"
+    """Named size: tiny (2x128), mini (4x256), small (4x512), medium (8x512), base (12x768), large (24x1024)."""
+    num_hidden_layers: Optional[int] = None
+    """Overrides the preset's number of layers."""
+    hidden_size: Optional[int] = None
+    """Overrides the preset's hidden size (intermediate_size follows as 4x unless set)."""
+    num_attention_heads: Optional[int] = None
+    """Overrides the preset's number of attention heads."""
+    intermediate_size: Optional[int] = None
+    """Overrides the feed-forward size."""
+    hidden_dropout_prob: float = 0.1
+    """Dropout after embeddings and each sub-layer."""
+    attention_probs_dropout_prob: float = 0.1
+    """Dropout on attention probabilities."""
+    max_position_embeddings: int = 512
+    """Size of the position table (at least data.max_seq_length)."""
+
+
+@dataclass
+class DataConfig:
+    corpus: str = "embedded"
+    """A text file (one sentence or paragraph per line, blank line between documents), a .jsonl file, a directory or glob of these, or 'embedded' (text shipped with Python)."""
+    text_field: str = "text"
+    """Field holding the text in .jsonl corpora."""
+    tokenizer: Optional[str] = None
+    """Path to a tokenizer.json to use; unset trains a WordPiece tokenizer on the corpus."""
+    vocab_size: int = 8192
+    """Vocabulary size of the trained WordPiece tokenizer."""
+    lowercase: bool = True
+    """Lower-case text in the trained tokenizer (as bert-base-uncased)."""
+    max_seq_length: int = 128
+    """Tokens per example, [CLS] and [SEP] included."""
+    batch_size: int = 32
+    """Examples per micro-batch."""
+    eval_fraction: float = 0.05
+    """Share of documents held out for evaluation."""
+    cache_dir: str = "~/.cache/pretextual"
+    """Where tokenizers and tokenized corpora are cached between runs."""
+    num_workers: int = 0
+    """DataLoader worker processes preparing batches ahead of the step."""
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 200
+    """Optimizer steps to train for."""
+    lr: float = 1e-3
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (not applied to biases and LayerNorm weights)."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.98
+    """AdamW beta2."""
+    adam_eps: float = 1e-6
+    """AdamW epsilon."""
+    warmup_steps: int = 20
+    """Linear warm-up steps; the learning rate then decays linearly to zero at max_steps."""
+    grad_accum_steps: int = 1
+    """Micro-batches per optimizer step."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables)."""
+    bf16: bool = False
+    """Run the forward pass under bf16 autocast."""
+    eval_every: int = 100
+    """Evaluate on the held-out split every N steps (and at the end); 0 only at the end."""
+    eval_batches: int = 10
+    """Held-out batches per evaluation."""
+    log_every: int = 1
+    """Append a metrics line every N steps."""
+    checkpoint_every: int = 100
+    """Write a checkpoint every N steps (and at the end)."""
+    keep_checkpoints: int = 2
+    """How many of the latest checkpoints to keep."""
+    seed: int = 0
+    """Seed of initialisation, data order, masking and dropout."""
+    output_dir: str = "runs/latest"
+    """Run directory: metrics.jsonl, checkpoints, tokenizer, config."""
+    device: str = "auto"
+    """'cpu', 'cuda', or 'auto' (cuda when available)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    objectives: dict[str, Any] = field(default_factory=dict)
+    """The objective mix, keyed by name: objectives.<name>.weight plus that objective's own keys."""
+
+
+@dataclass
+class WeightSchedule:
+    """Keys every objective has, next to its own (objectives.<name>.<key>)."""
+
+    weight: float = 1.0
+    """Weight of this objective's loss term in the total (at the end of any schedule)."""
+    schedule: str = "constant"
+    """'constant'; 'linear': from start_weight to weight over schedule_steps; 'step': start_weight until schedule_steps, then weight."""
+    start_weight: float = 0.0
+    """Weight at step 0 for the linear and step schedules."""
+    schedule_steps: int = 0
+    """Length of the linear ramp, or the step at which a step schedule switches."""
+
+    def at(self, step: int) -> float:
+        """The weight at optimizer step ``step``."""
+        if self.schedule == "linear" and step < self.schedule_steps:
+            return self.start_weight + (self.weight - self.start_weight) * step / self.schedule_steps
+        if self.schedule == "step" and step < self.schedule_steps:
+            return self.start_weight
+        return self.weight
+
+
+SCHEDULES = ("constant", "linear", "step")
+RECIPES_PACKAGE = "pretextual.configs"
+DEFAULT_RECIPE = "bert"
+
+
+def recipe_names() -> list[str]:
+    """Names of the shipped recipes (pretextual/configs/*.yaml)."""
+    return sorted(p.name[:-5] for p in resources.files(RECIPES_PACKAGE).iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def _read_yaml(source: str) -> DictConfig:
+    if source in recipe_names():
+        text = resources.files(RECIPES_PACKAGE).joinpath(f"{source}.yaml").read_text()
+        where = f"recipe {source!r}"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"{source}: no such config file (recipes: {', '.join(recipe_names())})")
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    try:
+        loaded = OmegaConf.create(text)
+    except Exception as exc:
+        raise ConfigError(f"{where}: not valid YAML ({_one_line(exc)})") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{where}: expected a mapping at the top level")
+    return loaded
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split("\n    full_key")[0].split())
+
+
+def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """Apply key=value overrides; ``~key`` deletes a key (e.g. ~objectives.nsp)."""
+    for item in overrides:
+        if item.startswith("~"):
+            key = item[1:]
+            parent, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(cfg, parent) if parent else cfg
+            if not isinstance(node, DictConfig) or leaf not in node:
+                raise ConfigError(f"{key}: cannot delete, no such key")
+            with _open(node):
+                node.pop(leaf)
+            continue
+        if "=" not in item:
+            raise ConfigError(f"{item}: expected key=value (or ~key to delete)")
+        key, value = item.split("=", 1)
+        try:
+            dotlist = OmegaConf.from_dotlist([f"{key}={value}"])
+            cfg = OmegaConf.merge(cfg, dotlist)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"{key}: {_one_line(exc)}") from None
+    return cfg
+
+
+class _open:
+    """Temporarily lift struct mode so a key can be deleted."""
+
+    def __init__(self, node: DictConfig):
+        self.node = node
+
+    def __enter__(self):
+        OmegaConf.set_struct(self.node, False)
+
+    def __exit__(self, *exc):
+        OmegaConf.set_struct(self.node, True)
+
+
+def load_config(source: Optional[str] = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
+    """The resolved, type-checked config: schema defaults, then the recipe or YAML
+    file (``bert`` when none), then the overrides. Errors are one ConfigError line."""
+    schema = OmegaConf.structured(Config)
+    try:
+        cfg = OmegaConf.merge(schema, _read_yaml(source or DEFAULT_RECIPE))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{source or DEFAULT_RECIPE}: {_one_line(exc)}") from None
+    cfg = _apply_overrides(cfg, list(overrides))
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: DictConfig) -> None:
+    """Checks that span several keys or that the types cannot express."""
+    if cfg.model.preset not in PRESETS:
+        raise ConfigError(f"model.preset: unknown preset {cfg.model.preset!r} "
+                          f"(known: {', '.join(PRESETS)})")
+    positive = {"data.max_seq_length": cfg.data.max_seq_length, "data.batch_size": cfg.data.batch_size,
+                "data.vocab_size": cfg.data.vocab_size, "trainer.max_steps": cfg.trainer.max_steps,
+                "trainer.grad_accum_steps": cfg.trainer.grad_accum_steps,
+                "trainer.checkpoint_every": cfg.trainer.checkpoint_every,
+                "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints}
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{key} must be positive, got {value}")
+    if cfg.data.max_seq_length < 8:
+        raise ConfigError(f"data.max_seq_length must be at least 8, got {cfg.data.max_seq_length}")
+    if cfg.data.max_seq_length > cfg.model.max_position_embeddings:
+        raise ConfigError(f"data.max_seq_length ({cfg.data.max_seq_length}) exceeds "
+                          f"model.max_position_embeddings ({cfg.model.max_position_embeddings})")
+    if not 0.0 <= cfg.data.eval_fraction < 1.0:
+        raise ConfigError(f"data.eval_fraction must be in [0, 1), got {cfg.data.eval_fraction}")
+    if not cfg.objectives:
+        raise ConfigError("objectives: no objective selected (e.g. objectives.mlm.weight=1)")
+
+
+def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple[WeightSchedule, Any]:
+    """Split ``objectives.<name>`` into its weight schedule and the objective's own
+    options dataclass, type-checked (unknown keys get OmegaConf's suggestion)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, (dict, DictConfig)):
+        raise ConfigError(f"objectives.{name}: expected a mapping such as {{weight: 1.0}}, got {raw!r}")
+    raw = OmegaConf.to_container(OmegaConf.create(raw)) if isinstance(raw, dict) else \
+        OmegaConf.to_container(raw)
+    schedule_keys = {f.name for f in dataclasses.fields(WeightSchedule)}
+    own = {k: v for k, v in raw.items() if k not in schedule_keys}
+    schedule = _typed(name, WeightSchedule, {k: v for k, v in raw.items() if k in schedule_keys})
+    if schedule.weight < 0 or schedule.start_weight < 0:
+        raise ConfigError(f"objectives.{name}.weight must not be negative, got "
+                          f"{min(schedule.weight, schedule.start_weight)}")
+    if schedule.schedule not in SCHEDULES:
+        raise ConfigError(f"objectives.{name}.schedule: unknown schedule {schedule.schedule!r} "
+                          f"(known: {', '.join(SCHEDULES)})")
+    if schedule.schedule != "constant" and schedule.schedule_steps <= 0:
+        raise ConfigError(f"objectives.{name}.schedule_steps must be positive for a "
+                          f"{schedule.schedule} schedule")
+    if options_cls is None:
+        if own:
+            raise ConfigError(f"objectives.{name}.{next(iter(own))}: objective {name!r} has no "
+                              f"such key (it takes only weight and schedule keys)")
+        return schedule, None
+    return schedule, _typed(name, options_cls, own)
+
+
+def _typed(name: str, cls: type, values: dict) -> Any:
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(cls), values)
+    except OmegaConfBaseException as exc:
+        message = _one_line(exc)
+        key = getattr(exc, "key", None)
+        prefix = f"objectives.{name}.{key}" if key else f"objectives.{name}"
+        raise ConfigError(f"{prefix}: {message}") from None
+    return OmegaConf.to_object(merged)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass, by field name."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)):
+            docs[node.target.id] = " ".join(str(following.value.value).split())
+    return docs
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg)

@@ -1,0 +1,222 @@
+"""The BERT encoder: small nn.Modules in plain PyTorch.
+
+Module and parameter names follow Hugging Face's ``BertModel`` exactly, so a
+state dict moves between the two without renaming or reshaping and the same
+weights give the same outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class EncoderConfig:
+    """Sizes of a BERT encoder; field names are those of Hugging Face's BertConfig."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# BERT's published sizes (Devlin et al.; Turc et al. 2019 for the small models):
+# name -> (layers, hidden, heads). Intermediate size is always 4 x hidden.
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+def preset_config(name: str, **overrides) -> EncoderConfig:
+    """The EncoderConfig of a named preset, with any field overridden."""
+    layers, hidden, heads = PRESETS[name]
+    fields = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                  intermediate_size=4 * hidden)
+    fields.update(overrides)
+    return EncoderConfig(**fields)
+
+
+@dataclass
+class EncoderOutput:
+    """What the encoder hands to the heads."""
+
+    last_hidden_state: torch.Tensor  # [batch, seq, hidden]
+    pooler_output: torch.Tensor  # [batch, hidden]: tanh(dense([CLS]))
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
+                                            padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+             + self.token_type_embeddings(token_type_ids))
+        return self.dropout(self.LayerNorm(x))
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        b, n, h = x.shape
+
+        def split(t):  # [b, n, h] -> [b, heads, n, head_dim]
+            return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+        y = F.scaled_dot_product_attention(
+            split(self.query(x)), split(self.key(x)), split(self.value(x)),
+            attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0)
+        return y.transpose(1, 2).reshape(b, n, h)
+
+
+class BertSelfOutput(nn.Module):
+    """Projection, dropout, residual, post-LayerNorm (names as in Hugging Face)."""
+
+    def __init__(self, in_size: int, config: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(in_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertSelfOutput(config.hidden_size, config)
+
+    def forward(self, x, attn_mask):
+        return self.output(self.self(x, attn_mask), x)
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        if config.hidden_act != "gelu":
+            raise ValueError(f"hidden_act {config.hidden_act!r} is not supported (only 'gelu')")
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+
+    def forward(self, x):
+        return F.gelu(self.dense(x))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertSelfOutput(config.intermediate_size, config)
+
+    def forward(self, x, attn_mask):
+        x = self.attention(x, attn_mask)
+        return self.output(self.intermediate(x), x)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+    def forward(self, x, attn_mask):
+        for layer in self.layer:
+            x = layer(x, attn_mask)
+        return x
+
+
+class BertPooler(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class BertModel(nn.Module):
+    """BERT: embeddings, post-LN transformer layers with GELU, and the [CLS] pooler."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # BERT's initialisation: normal(0, initializer_range) weights, zero biases.
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+            if module.padding_idx is not None:
+                module.weight.data[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> EncoderOutput:
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)
+        attn_mask = None
+        if attention_mask is not None:
+            # [b, 1, 1, n] boolean: True where a key may be attended to.
+            attn_mask = attention_mask.bool()[:, None, None, :]
+        x = self.encoder(x, attn_mask)
+        return EncoderOutput(last_hidden_state=x, pooler_output=self.pooler(x))
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of distinct parameters (tied weights counted once)."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def non_embedding_parameters(model: BertModel) -> int:
+    """Parameters outside the embedding tables (the 6N of the FLOP estimate)."""
+    return count_parameters(model) - count_parameters(model.embeddings)
+
+
+__all__ = ["EncoderConfig", "EncoderOutput", "BertModel", "PRESETS", "preset_config",
+           "count_parameters", "non_embedding_parameters"]

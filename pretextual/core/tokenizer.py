@@ -1,0 +1,65 @@
+"""Tokenizers: train a WordPiece tokenizer on the corpus, or load a tokenizer.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from pretextual.errors import DataError
+from pretextual.plugins.api import Vocab
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# Spellings of each special token across BERT, RoBERTa and SentencePiece vocabularies.
+_ROLES = {
+    "pad": ("[PAD]", "<pad>"),
+    "unk": ("[UNK]", "<unk>"),
+    "cls": ("[CLS]", "<s>", "<cls>"),
+    "sep": ("[SEP]", "</s>", "<sep>"),
+    "mask": ("[MASK]", "<mask>"),
+}
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int, lowercase: bool = True) -> Tokenizer:
+    """Train a BERT-style WordPiece tokenizer (BERT normalizer and pre-tokenizer)."""
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                        show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Load a tokenizer.json, with a one-line error naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"data.tokenizer: no such file: {path}")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:
+        raise DataError(f"data.tokenizer: {path} is not a tokenizers JSON file ({exc})") from None
+
+
+def vocab_of(tokenizer: Tokenizer, source: str = "tokenizer") -> Vocab:
+    """The special-token ids of a tokenizer; an error names any role it lacks."""
+    ids = {}
+    for role, spellings in _ROLES.items():
+        found = [tokenizer.token_to_id(s) for s in spellings if tokenizer.token_to_id(s) is not None]
+        if not found:
+            raise DataError(f"{source}: has no {role} token (looked for {', '.join(spellings)})")
+        ids[role] = found[0]
+    specials = {tokenizer.token_to_id(t.content) for t in tokenizer.get_added_tokens_decoder().values()
+                if t.special}
+    specials |= set(ids.values())
+    return Vocab(size=tokenizer.get_vocab_size(), pad_id=ids["pad"], unk_id=ids["unk"],
+                 cls_id=ids["cls"], sep_id=ids["sep"], mask_id=ids["mask"],
+                 special_ids=tuple(sorted(specials)))
+
+
+def has_word_boundaries(tokenizer: Tokenizer) -> bool:
+    """Whether the tokenizer splits text into words before sub-words (so word ids mean words)."""
+    return tokenizer.pre_tokenizer is not None

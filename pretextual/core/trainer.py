@@ -1,0 +1,263 @@
+"""The training loop: AdamW with warm-up and linear decay, accumulation, clipping,
+optional bf16 autocast, evaluation, metrics.jsonl and atomic checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+import pretextual
+from pretextual.core.checkpoint import latest_checkpoint, save_checkpoint
+from pretextual.core.config import to_yaml
+from pretextual.core.data import Batches, full_sentences, split_documents
+from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
+from pretextual.core.mix import ObjectiveMix, PretrainingModel
+from pretextual.core.prepare import tokenized_corpus
+from pretextual.core.tokenizer import has_word_boundaries, vocab_of
+from pretextual.errors import CheckpointError, ConfigError, DataError, TrainingError
+from pretextual.plugins.api import BuildContext
+from pretextual.plugins.manager import Plugins
+
+EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed stream
+
+
+def encoder_config(cfg: DictConfig, vocab_size: int, pad_token_id: int) -> EncoderConfig:
+    """The encoder's sizes: the preset, with any model.* key that is set overriding it."""
+    m = cfg.model
+    overrides = {k: m[k] for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                   "intermediate_size") if m[k] is not None}
+    if m.hidden_size is not None and m.intermediate_size is None:
+        overrides["intermediate_size"] = 4 * m.hidden_size
+    config = preset_config(m.preset, vocab_size=vocab_size, pad_token_id=pad_token_id,
+                           hidden_dropout_prob=m.hidden_dropout_prob,
+                           attention_probs_dropout_prob=m.attention_probs_dropout_prob,
+                           max_position_embeddings=m.max_position_embeddings, **overrides)
+    if config.hidden_size % config.num_attention_heads:
+        raise ConfigError(f"model.hidden_size ({config.hidden_size}) must be a multiple of "
+                          f"model.num_attention_heads ({config.num_attention_heads})")
+    return config
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    # BERT excludes biases and LayerNorm weights from weight decay.
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class Trainer:
+    """One training run, set up from a resolved config."""
+
+    def __init__(self, cfg: DictConfig, plugins: Plugins | None = None, log=print):
+        self.cfg, self.log = cfg, log
+        self.plugins = plugins or Plugins()
+        self.out = Path(cfg.trainer.output_dir)
+        self.device = _device(cfg.trainer.device)
+        self.should_stop = False  # plugins may set this from pretextual_on_step_end
+
+        self.tokenizer, docs = tokenized_corpus(cfg.data, log=log)
+        self.vocab = vocab_of(self.tokenizer)
+        self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
+        context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
+                               has_word_boundaries(self.tokenizer))
+        self.mix = ObjectiveMix(cfg.objectives, self.plugins, context)
+
+        train_docs, eval_docs = split_documents(docs, cfg.data.eval_fraction)
+        builder = self.mix.example_builder or full_sentences(cfg.data.max_seq_length, self.vocab)
+        seed = cfg.trainer.seed
+        self.train_batches = Batches(train_docs, builder, self.mix.batch_transform, self.vocab,
+                                     cfg.data.batch_size, seed)
+        self.eval_batches = Batches(eval_docs, builder, self.mix.batch_transform, self.vocab,
+                                    cfg.data.batch_size, seed + EVAL_SEED_OFFSET) if len(eval_docs) else None
+        try:
+            self.train_batches.locate(0)
+        except ValueError as exc:
+            raise DataError(f"data.corpus: too little text for data.batch_size="
+                            f"{cfg.data.batch_size}: {exc}") from None
+
+        torch.manual_seed(seed)
+        self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
+        t = cfg.trainer
+        self.optimizer = torch.optim.AdamW(
+            _decay_groups(self.model, t.weight_decay), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2),
+            eps=t.adam_eps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.step = 0
+
+    def _lr_factor(self, step: int) -> float:
+        t = self.cfg.trainer
+        if step < t.warmup_steps:
+            return (step + 1) / t.warmup_steps
+        return max(0.0, (t.max_steps - step) / max(1, t.max_steps - t.warmup_steps))
+
+    # --- state -----------------------------------------------------------------------------
+
+    def _meta(self) -> dict:
+        return {"pretextual_version": pretextual.__version__,
+                "encoder_config": self.encoder_config.to_dict(),
+                "objectives": self.mix.names, "heads": sorted(self.mix.heads),
+                "scheduler_last_epoch": self.scheduler.last_epoch,
+                "config": OmegaConf.to_container(self.cfg)}
+
+    def _rng_state(self) -> dict[str, torch.Tensor]:
+        rng = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return rng
+
+    def save(self) -> Path:
+        path = save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizer,
+                               self._meta(), self._rng_state(), self.cfg.trainer.keep_checkpoints)
+        self.plugins.hook.pretextual_on_checkpoint(step=self.step, path=str(path), trainer=self)
+        return path
+
+    def resume(self) -> bool:
+        """Restore the newest good checkpoint of the run directory; False when there is none."""
+        ckpt = latest_checkpoint(self.out / "checkpoints")
+        if ckpt is None:
+            return False
+        if ckpt.meta["encoder_config"] != self.encoder_config.to_dict():
+            raise CheckpointError(f"{ckpt.path}: was written for a different model "
+                                  f"({ckpt.meta['encoder_config']}); check model.* and data.*")
+        try:
+            self.model.load_state_dict(ckpt.model_state())
+        except RuntimeError as exc:
+            raise CheckpointError(f"{ckpt.path}: does not fit this model: "
+                                  f"{str(exc).splitlines()[0]}") from None
+        tensors = ckpt.optimizer_tensors()
+        self.optimizer.load_state_dict(ckpt.optimizer_state())
+        self.scheduler.last_epoch = ckpt.meta["scheduler_last_epoch"]
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        torch.set_rng_state(tensors["rng.torch"])
+        if "rng.cuda" in tensors and self.device.type == "cuda":
+            torch.cuda.set_rng_state(tensors["rng.cuda"], self.device)
+        self.step = ckpt.step
+        self.log(f"resumed from {ckpt.path} at step {self.step}")
+        return True
+
+    # --- loop ------------------------------------------------------------------------------
+
+    def _loader(self, batches: Batches, start: int, stop: int):
+        workers = self.cfg.data.num_workers
+        return torch.utils.data.DataLoader(batches, batch_size=None, sampler=range(start, stop),
+                                           num_workers=workers, pin_memory=self.device.type == "cuda",
+                                           persistent_workers=False, prefetch_factor=4 if workers else None)
+
+    def _to_device(self, batch):
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.bf16)
+
+    def _write_metrics(self, record: dict) -> None:
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _start_run_dir(self, resumed: bool) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "config.yaml").write_text(to_yaml(self.cfg))
+        (self.out / "tokenizer.json").write_text(self.tokenizer.to_str())
+        metrics = self.out / "metrics.jsonl"
+        if not resumed and metrics.exists():
+            metrics.unlink()
+        elif resumed and metrics.exists():  # drop lines logged after the checkpoint we resume from
+            lines = [l for l in metrics.read_text().splitlines()
+                     if json.loads(l).get("step", 0) <= self.step]
+            metrics.write_text("".join(l + "\n" for l in lines))
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Mean loss per objective and each metric over the held-out batches."""
+        if self.eval_batches is None:
+            return {}
+        self.model.eval()
+        sums: dict[str, float] = {}
+        n = self.cfg.trainer.eval_batches
+        for batch in self._loader(self.eval_batches, 0, n):
+            with self._autocast():
+                total, logs = self.mix.loss(self.model, self._to_device(batch), self.step)
+            for key, value in {"loss": total, **logs}.items():
+                sums[f"eval/{key}"] = sums.get(f"eval/{key}", 0.0) + float(value)
+        self.model.train()
+        return {k: v / n for k, v in sums.items()}
+
+    def train(self, resume: bool = False) -> dict[str, float]:
+        """Train to trainer.max_steps; returns the last evaluation's metrics."""
+        t = self.cfg.trainer
+        resumed = self.resume() if resume else False
+        if resume and not resumed:
+            self.log(f"no checkpoint in {self.out / 'checkpoints'}; starting from scratch")
+        self._start_run_dir(resumed)
+        params = count_parameters(self.model.bert)
+        self.log(f"objectives: {', '.join(f'{n} (weight {w:g})' for n, w in self.mix.weights(self.step).items())}"
+                 f" | encoder {params:,} parameters | batch {self.cfg.data.batch_size} x "
+                 f"{t.grad_accum_steps} accumulation | device {self.device}")
+        self.model.train()
+        accum = t.grad_accum_steps
+        loader = iter(self._loader(self.train_batches, self.step * accum, t.max_steps * accum))
+        bar = tqdm(total=t.max_steps, initial=self.step, disable=not t.progress, unit="step",
+                   dynamic_ncols=True)
+        last_eval: dict[str, float] = {}
+        tokens_seen = 0
+        clock = time.perf_counter()
+        while self.step < t.max_steps and not self.should_stop:
+            logs_sum: dict[str, torch.Tensor] = {}
+            tokens = 0
+            for _ in range(accum):
+                batch = self._to_device(next(loader))
+                tokens += int(batch["attention_mask"].sum())
+                with self._autocast():
+                    total, logs = self.mix.loss(self.model, batch, self.step)
+                (total / accum).backward()
+                for key, value in {"loss": total.detach(), **logs}.items():
+                    logs_sum[key] = logs_sum.get(key, 0.0) + value / accum
+            loss = float(logs_sum["loss"])
+            if not math.isfinite(loss):
+                bad = [k for k, v in logs_sum.items() if k.startswith("loss/") and not math.isfinite(float(v))]
+                raise TrainingError(f"step {self.step + 1}: non-finite loss ({', '.join(bad) or 'loss'}); "
+                                    f"the last checkpoint in {self.out / 'checkpoints'} is kept")
+            if t.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+            lr = self.scheduler.get_last_lr()[0]
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            weights = self.mix.weights(self.step)
+            self.step += 1
+            tokens_seen += tokens
+
+            if self.step % t.log_every == 0 or self.step == t.max_steps:
+                now = time.perf_counter()
+                record = {"step": self.step, **{k: float(v) for k, v in logs_sum.items()},
+                          **{f"weight/{k}": w for k, w in weights.items()},
+                          "lr": lr, "tokens": tokens,
+                          "tokens_per_s": tokens_seen / max(now - clock, 1e-9)}
+                tokens_seen, clock = 0, now
+                self._write_metrics(record)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+                self.plugins.hook.pretextual_on_step_end(step=self.step, metrics=record, trainer=self)
+            bar.update(1)
+
+            done = self.step == t.max_steps or self.should_stop
+            if (t.eval_every and self.step % t.eval_every == 0) or done:
+                last_eval = self.evaluate()
+                if last_eval:
+                    self._write_metrics({"step": self.step, **last_eval})
+                    self.plugins.hook.pretextual_on_eval(step=self.step, metrics=last_eval, trainer=self)
+            if self.step % t.checkpoint_every == 0 or done:
+                self.save()
+        bar.close()
+        return last_eval

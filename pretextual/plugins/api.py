@@ -1,0 +1,154 @@
+"""The small dataclasses that cross the plugin surface.
+
+A plugin registers an :class:`ObjectiveSpec` by name. When a run selects that
+name, the core calls ``spec.build(options, context)`` and receives an
+:class:`Objective`: the heads it needs, optionally a builder that turns
+documents into examples and a transform that corrupts each batch, and the
+function that turns the encoder's output into a loss term.
+
+Data flows one way::
+
+    corpus -> documents -> examples (example_builder) -> batches (batch_transform)
+           -> encoder -> heads -> loss (ObjectiveOutput) -> weighted sum
+
+Composition rules the core enforces (a conflicting mix is refused at config
+time, never silently trimmed):
+
+* at most one selected objective may provide an ``example_builder`` (two
+  sentence-pair builders conflict); with none, the core packs full sentences;
+* at most one may provide a ``batch_transform`` (two maskers conflict);
+* heads are shared by name: objectives asking for the same head name get the
+  same module, provided they name the same factory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from pretextual.core.encoder import BertModel, EncoderConfig, EncoderOutput
+
+Batch = dict[str, torch.Tensor]
+"""A batch: ``input_ids``, ``attention_mask``, ``token_type_ids``,
+``special_tokens_mask``, ``word_starts`` (all ``[batch, seq]``), plus any keys
+the example builder or batch transform add (labels such as ``mlm_labels``)."""
+
+Example = dict[str, Any]
+"""One example: 1-D int arrays of equal length (``input_ids``,
+``token_type_ids``, ``word_starts``) and scalar labels (e.g.
+``next_sentence_label``). The core pads arrays and stacks scalars."""
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """What an objective needs to know about the tokenizer."""
+
+    size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    special_ids: tuple[int, ...]
+
+    def ordinary_ids(self) -> torch.Tensor:
+        """Ids of every non-special token (random replacements are drawn from these)."""
+        keep = torch.ones(self.size, dtype=torch.bool)
+        keep[list(self.special_ids)] = False
+        return keep.nonzero().squeeze(1)
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What an objective may read when the core builds it for a run."""
+
+    encoder_config: EncoderConfig
+    vocab: Vocab
+    max_seq_length: int
+    has_word_boundaries: bool  # False when the tokenizer has no pre-tokenizer (no word ids)
+
+
+class Documents(Protocol):
+    """Tokenized documents, each a list of sentences (see pretextual.core.data)."""
+
+    def __len__(self) -> int: ...
+
+    def num_sentences(self, doc: int) -> int: ...
+
+    def sentence(self, doc: int, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids, word-start flags) of one sentence."""
+        ...
+
+
+ExampleBuilder = Callable[[Documents, np.random.Generator], list[Example]]
+"""Turns documents into examples; called once per epoch with that epoch's generator."""
+
+BatchTransform = Callable[[Batch, torch.Generator], Batch]
+"""Corrupts a padded batch (e.g. masking) and adds its labels; must draw all
+randomness from the generator it is given, so batches are reproducible."""
+
+HeadFactory = Callable[[BertModel], nn.Module]
+"""Builds a head given the encoder (so a head may tie weights to it)."""
+
+
+@dataclass
+class StepInputs:
+    """What an objective's loss function receives for one batch."""
+
+    batch: Batch
+    encoder_output: EncoderOutput
+    heads: Mapping[str, nn.Module]
+    encoder: BertModel  # for objectives that run another forward pass (e.g. ELECTRA)
+
+
+@dataclass
+class ObjectiveOutput:
+    """An objective's result for one batch.
+
+    ``loss`` is the term the trainer multiplies by ``objectives.<name>.weight``;
+    ``aux_losses`` are added with weight 1 (e.g. a generator's own loss) and
+    logged as ``loss/<name>.<key>``; ``metrics`` are logged as ``<name>/<key>``.
+    """
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor | float] = field(default_factory=dict)
+    aux_losses: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Objective:
+    """A built objective: what it contributes to a run."""
+
+    loss: Callable[[StepInputs], ObjectiveOutput]
+    heads: dict[str, HeadFactory] = field(default_factory=dict)
+    example_builder: ExampleBuilder | None = None
+    batch_transform: BatchTransform | None = None
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """What a plugin registers: a name, the dataclass of its options, and a factory.
+
+    ``options`` is a dataclass whose fields (with defaults and docstrings) are
+    the config keys ``objectives.<name>.<field>``; the core adds ``weight`` and
+    the weight-schedule keys itself. ``build(options, context)`` returns the
+    :class:`Objective`; it may raise ``pretextual.ConfigError`` for a bad option.
+    """
+
+    name: str
+    build: Callable[[Any, BuildContext], Objective]
+    options: type | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ExporterSpec:
+    """What a plugin registers to write a trained model in some format."""
+
+    name: str
+    export: Callable[..., Any]
+    description: str = ""
