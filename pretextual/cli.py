@@ -34,7 +34,11 @@ def cmd_train(args) -> int:
 
 
 def cmd_config(args) -> int:
-    from pretextual.core.config import to_yaml
+    from pretextual.core.config import reference_markdown, to_yaml
+    if args.reference:
+        from pretextual.plugins.manager import Plugins
+        print(reference_markdown(Plugins(strict=args.strict_plugins).objectives))
+        return 0
     print(to_yaml(_load(args)), end="")
     return 0
 
@@ -71,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = sub.add_parser("config", help="print the resolved config")
     config.add_argument("args", nargs="*", metavar="[CONFIG] key=value", help=config_help)
+    config.add_argument("--reference", action="store_true",
+                        help="print the markdown reference of every key (docs/config.md)")
     config.set_defaults(func=cmd_config)
 
     plugins = sub.add_parser("plugins", help="list plugins and what they register")

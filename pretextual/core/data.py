@@ -214,8 +214,9 @@ class Batches(torch.utils.data.Dataset):
 
     def __init__(self, docs: TokenizedDocuments, builder: ExampleBuilder,
                  transform: BatchTransform | None, vocab: Vocab, batch_size: int, seed: int,
-                 rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1, drop_last: bool = True):
         self.docs, self.builder, self.transform, self.vocab = docs, builder, transform, vocab
+        self.drop_last = drop_last  # False keeps a last, smaller batch (for evaluation)
         self.batch_size, self.seed = batch_size, seed
         self.rank, self.world_size = rank, world_size
         self._epoch_sizes: list[int] = []  # batches per epoch, for the epochs built so far
@@ -231,21 +232,25 @@ class Batches(torch.utils.data.Dataset):
         self._epoch = epoch
         if epoch == len(self._epoch_sizes):
             per_step = self.batch_size * self.world_size
-            self._epoch_sizes.append(len(self._examples) // per_step)
+            count = len(self._examples) // per_step if self.drop_last else -(-len(self._examples) // per_step)
+            self._epoch_sizes.append(count)
             if self._epoch_sizes[-1] == 0:
                 raise ValueError(f"an epoch holds {len(self._examples)} examples, fewer than one "
                                  f"global batch of {per_step}")
 
+    def epoch_length(self, epoch: int = 0) -> int:
+        """Number of batches in ``epoch`` (building the epochs up to it once)."""
+        while len(self._epoch_sizes) <= epoch:
+            self._build_epoch(len(self._epoch_sizes))
+        return self._epoch_sizes[epoch]
+
     def locate(self, index: int) -> tuple[int, int]:
         """(epoch, batch within the epoch) of global batch ``index``."""
         epoch = 0
-        while True:
-            if epoch == len(self._epoch_sizes):
-                self._build_epoch(epoch)
-            if index < self._epoch_sizes[epoch]:
-                return epoch, index
+        while index >= self.epoch_length(epoch):
             index -= self._epoch_sizes[epoch]
             epoch += 1
+        return epoch, index
 
     def __getitem__(self, index: int) -> Batch:
         epoch, within = self.locate(index)

@@ -8,6 +8,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
@@ -69,6 +70,10 @@ class Trainer:
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
 
         self.tokenizer, docs = tokenized_corpus(cfg.data, log=log)
+        too_long = int((np.diff(docs.sentence_offsets) > cfg.data.max_seq_length - 2).sum())
+        if too_long:
+            log(f"note: {too_long} sentences of {cfg.data.corpus} are longer than "
+                f"data.max_seq_length={cfg.data.max_seq_length} tokens; they are split into pieces")
         self.vocab = vocab_of(self.tokenizer)
         self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
@@ -81,7 +86,8 @@ class Trainer:
         self.train_batches = Batches(train_docs, builder, self.mix.batch_transform, self.vocab,
                                      cfg.data.batch_size, seed)
         self.eval_batches = Batches(eval_docs, builder, self.mix.batch_transform, self.vocab,
-                                    cfg.data.batch_size, seed + EVAL_SEED_OFFSET) if len(eval_docs) else None
+                                    cfg.data.batch_size, seed + EVAL_SEED_OFFSET,
+                                    drop_last=False) if len(eval_docs) else None
         try:
             self.train_batches.locate(0)
         except ValueError as exc:
@@ -152,7 +158,10 @@ class Trainer:
 
     def _loader(self, batches: Batches, start: int, stop: int):
         workers = self.cfg.data.num_workers
+        # Its own generator: a DataLoader otherwise draws its base seed from the global RNG,
+        # which would shift dropout after a resume. Batches carry their own seeds anyway.
         return torch.utils.data.DataLoader(batches, batch_size=None, sampler=range(start, stop),
+                                           generator=torch.Generator(),
                                            num_workers=workers, pin_memory=self.device.type == "cuda",
                                            persistent_workers=False, prefetch_factor=4 if workers else None)
 
@@ -185,7 +194,7 @@ class Trainer:
             return {}
         self.model.eval()
         sums: dict[str, float] = {}
-        n = self.cfg.trainer.eval_batches
+        n = min(self.cfg.trainer.eval_batches, self.eval_batches.epoch_length(0))
         for batch in self._loader(self.eval_batches, 0, n):
             with self._autocast():
                 total, logs = self.mix.loss(self.model, self._to_device(batch), self.step)

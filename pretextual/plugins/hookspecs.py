@@ -1,8 +1,23 @@
 """The plugin surface of pretextual: every hook, documented where it is declared.
 
-Plugins implement hooks with ``@pretextual.hookimpl`` and may accept any
-subset of a hook's arguments (pluggy passes only those a function names), so
-adding an argument here never breaks an existing plugin.
+This module is the single definition of the surface; docs/plugins.md has the reference
+(a test checks that every hook here is documented there and exercised by a test).
+
+Plugins implement hooks with ``@pretextual.hookimpl`` and may accept any subset of a
+hook's arguments, by name (pluggy passes only those a function asks for), so adding an
+argument here never breaks an existing plugin. Every hook is a plain call: its
+implementations return nothing, and wrappers are refused.
+
+Each implementation is called on its own: one that raises is named on stderr and its
+plugin is disabled for the rest of the run (``--strict-plugins`` makes it an error).
+
+The ``trainer`` passed to the training hooks is :class:`pretextual.core.trainer.Trainer`.
+Plugins may read ``trainer.step``, ``trainer.cfg`` (the resolved config),
+``trainer.model``, ``trainer.optimizer``, ``trainer.scheduler`` (a LambdaLR: scale
+``trainer.scheduler.base_lrs`` to change the learning rate from the next step on),
+``trainer.mix`` (the objective mix) and ``trainer.out`` (the run directory), and set
+``trainer.should_stop = True`` to end training after the current step (a final
+evaluation and checkpoint still happen).
 """
 
 from __future__ import annotations
@@ -19,8 +34,9 @@ hookimpl = pluggy.HookimplMarker("pretextual")
 def pretextual_register_objectives(register: Callable[[Any], None]) -> None:
     """Register objectives: call ``register(ObjectiveSpec(...))`` once per objective.
 
-    The spec's name is the config key (``objectives.<name>.weight``). Two
-    plugins registering the same name is an error naming both.
+    Called once, when the plugin is loaded. The spec's name is the config key
+    (``objectives.<name>.weight``). Two plugins registering the same name is an error
+    naming both packages.
     """
 
 
@@ -28,25 +44,32 @@ def pretextual_register_objectives(register: Callable[[Any], None]) -> None:
 def pretextual_register_exporters(register: Callable[[Any], None]) -> None:
     """Register exporters: call ``register(ExporterSpec(...))`` once per format.
 
-    The spec's name is what ``pretextual export --format`` accepts.
+    Called once, when the plugin is loaded. The spec's name is what
+    ``pretextual export --format`` accepts; names are unique as for objectives.
     """
 
 
 @hookspec
 def pretextual_on_step_end(step: int, metrics: dict[str, float], trainer: Any) -> None:
-    """Called after every optimizer step with that step's logged metrics.
+    """Called after each logged optimizer step (every ``trainer.log_every`` steps).
 
-    ``metrics`` holds ``loss``, ``loss/<objective>``, ``weight/<objective>``,
-    ``lr`` and ``tokens_per_s``. A plugin may stop training by setting
-    ``trainer.should_stop = True`` (early stopping).
+    ``step`` counts optimizer steps from 1. ``metrics`` is the line just written to
+    ``metrics.jsonl``: ``loss``, ``loss/<objective>`` (and ``loss/<objective>.<aux>``),
+    ``<objective>/<metric>``, ``weight/<objective>``, ``lr``, ``tokens``,
+    ``tokens_per_s``. Set ``trainer.should_stop = True`` to stop early.
     """
 
 
 @hookspec
 def pretextual_on_eval(step: int, metrics: dict[str, float], trainer: Any) -> None:
-    """Called after each evaluation with the held-out metrics (``eval/...`` keys)."""
+    """Called after each evaluation on the held-out split (every ``trainer.eval_every``
+    steps and at the end), with the means over ``trainer.eval_batches`` batches:
+    ``eval/loss``, ``eval/loss/<objective>``, ``eval/<objective>/<metric>``.
+    Not called when no documents are held out (``data.eval_fraction=0``).
+    """
 
 
 @hookspec
 def pretextual_on_checkpoint(step: int, path: str, trainer: Any) -> None:
-    """Called after a checkpoint has been written (atomically) to ``path``."""
+    """Called after a checkpoint for ``step`` has been written (atomically) to the
+    directory ``path``: every ``trainer.checkpoint_every`` steps and at the end."""

@@ -1,12 +1,21 @@
-"""The plugin manager: loads built-in and installed plugins and collects what they register."""
+"""The plugin manager: loads built-in and installed plugins, isolates their failures, and
+collects the objectives and exporters they register.
+
+A plugin that fails (cannot be imported, implements a hook wrongly, raises inside a hook)
+is named on stderr with its error and the program goes on without it; ``strict=True``
+turns each of these into a :class:`~pretextual.errors.PluginError` instead. Two plugins
+registering the same objective or exporter name is always an error naming both.
+"""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 import pluggy
 
@@ -16,7 +25,8 @@ from pretextual.plugins.api import ExporterSpec, ObjectiveSpec
 
 ENTRY_POINT_GROUP = "pretextual"
 ENV_LOAD_PLUGINS = "PRETEXTUAL_LOAD_PLUGINS"
-"""Comma-separated entry-point names to load; set but empty loads none; unset loads all."""
+"""Comma-separated entry-point or distribution names to load; set but empty loads none;
+unset loads every installed plugin. Built-ins and modules named in the config always load."""
 
 # Built-ins go through exactly the hooks a third-party plugin implements.
 BUILTIN_PLUGINS = (
@@ -28,6 +38,12 @@ BUILTIN_PLUGINS = (
     "pretextual.exporters.safetensors",
     "pretextual.exporters.onnx",
 )
+
+# Registration hooks: the kind of thing each registers and the spec class it must be.
+REGISTER_HOOKS = {
+    "pretextual_register_objectives": ("objective", ObjectiveSpec),
+    "pretextual_register_exporters": ("exporter", ExporterSpec),
+}
 
 
 @dataclass
@@ -41,11 +57,21 @@ class PluginInfo:
     objectives: list[str] = field(default_factory=list)
     exporters: list[str] = field(default_factory=list)
 
+    def label(self) -> str:
+        """``'name' (package P V)``: how messages name the plugin."""
+        package = " ".join(p for p in (self.package, self.version) if p)
+        return f"plugin {self.name!r}" + (f" (package {package})" if package else "")
+
 
 class Plugins:
-    """The loaded plugins and the registries of objectives and exporters they fill."""
+    """The loaded plugins and the registries of objectives and exporters they fill.
 
-    def __init__(self, strict: bool = False, extra_modules: tuple[str, ...] = ()):
+    Load order: built-ins, then installed entry points (group ``pretextual``, filtered by
+    ``PRETEXTUAL_LOAD_PLUGINS``), then ``extra_modules`` (import paths, e.g. from the
+    config). Call hooks through :attr:`hook`, which isolates each implementation.
+    """
+
+    def __init__(self, strict: bool = False, extra_modules: tuple[str, ...] | list[str] = ()):
         self.strict = strict
         self.pm = pluggy.PluginManager("pretextual")
         self.pm.add_hookspecs(hookspecs)
@@ -53,87 +79,152 @@ class Plugins:
         self.objectives: dict[str, ObjectiveSpec] = {}
         self.exporters: dict[str, ExporterSpec] = {}
         self._owner: dict[tuple[str, str], str] = {}
+        self.hook = IsolatedHooks(self)
         for module in BUILTIN_PLUGINS:
-            self._register_module(module, module.rsplit(".", 1)[1], "pretextual", _version("pretextual"))
+            self._load_module(module, module.rsplit(".", 1)[1], "pretextual")
         self._load_entry_points()
         for module in extra_modules:
-            self._register_module(module, module, module.split(".")[0], "")
-        self._collect()
+            self._load_module(module, module, _distribution_of(module))
 
-    @property
-    def hook(self):
-        return self.pm.hook
+    @classmethod
+    def from_config(cls, cfg: Any, strict: bool = False) -> "Plugins":
+        """The plugins of a run: ``plugins.modules`` are loaded next to the installed
+        ones; ``plugins.strict`` (or ``strict``) makes any broken plugin an error."""
+        section = cfg.get("plugins") or {}
+        return cls(strict=strict or bool(section.get("strict", False)),
+                   extra_modules=tuple(section.get("modules") or ()))
 
-    def _fail(self, plugin: str, error: BaseException | str) -> None:
-        message = f"plugin {plugin!r} failed and was skipped: {error}"
+    # --- loading ---------------------------------------------------------------------------
+
+    def _fail(self, message: str, consequence: str = "skipped it") -> None:
         if self.strict:
             raise PluginError(message)
-        print(f"pretextual: warning: {message}", file=sys.stderr)
+        print(f"pretextual: warning: {message}; {consequence}", file=sys.stderr)
 
-    def _register(self, obj, name: str, package: str, version: str) -> None:
-        try:
-            self.pm.register(obj, name=name)
-        except (pluggy.PluginValidationError, ValueError) as exc:
-            self._fail(name, exc)
-            return
-        self.info[name] = PluginInfo(name, package, version)
-
-    def _register_module(self, module: str, name: str, package: str, version: str) -> None:
+    def _load_module(self, module: str, name: str, package: str) -> None:
+        info = PluginInfo(name, package, _version(package))
         try:
             obj = importlib.import_module(module)
-        except Exception as exc:  # a broken plugin must not take the program down
-            self._fail(name, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # pluggy does not catch these; one broken plugin must not stop us
+            self._fail(f"{info.label()} failed to import: {_describe(exc)}")
             return
-        self._register(obj, name, package, version)
+        self._add(obj, info)
 
     def _load_entry_points(self) -> None:
         allowed = os.environ.get(ENV_LOAD_PLUGINS)
         allow = None if allowed is None else {n.strip() for n in allowed.split(",") if n.strip()}
+        installed: list[str] = []
+        matched: set[str] = set()
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            if allow is not None and ep.name not in allow:
-                continue
-            if self.pm.has_plugin(ep.name):
-                continue
-            dist = ep.dist.name if ep.dist else "?"
-            version = ep.dist.version if ep.dist else ""
+            dist = ep.dist.name if ep.dist else ""
+            installed.append(ep.name)
+            if allow is not None:
+                names = allow & {ep.name, dist, _normalize(dist)}
+                if not names:
+                    continue
+                matched |= names
+            info = PluginInfo(ep.name, dist, ep.dist.version if ep.dist else "")
             try:
                 obj = ep.load()
-            except Exception as exc:
-                self._fail(ep.name, f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # pluggy does not catch these; one broken plugin must not stop us
+                self._fail(f"{info.label()} failed to import: {_describe(exc)}")
                 continue
-            self._register(obj, ep.name, dist, version)
+            self._add(obj, info)
+        for name in sorted((allow or set()) - matched):  # most likely a typo
+            self._fail(f"{ENV_LOAD_PLUGINS} names {name!r}, but no installed plugin has that "
+                       f"entry-point or package name (installed: {', '.join(installed) or 'none'})",
+                       "ignored it")
 
-    def _call_register_hook(self, hook_name: str, registry: dict, kind: str) -> None:
-        hook = getattr(self.pm.hook, hook_name)
-        for impl in hook.get_hookimpls():
-            plugin = impl.plugin_name
-            if plugin not in self.info:
-                continue
-            found = []
-            try:
-                impl.function(*[{"register": found.append}[a] for a in impl.argnames])
-            except Exception as exc:
-                self._fail(plugin, f"{hook_name}: {type(exc).__name__}: {exc}")
-                self.pm.unregister(name=plugin)
-                del self.info[plugin]
-                continue
-            for spec in found:
+    def register(self, plugin: Any, name: str | None = None, package: str = "",
+                 version: str = "") -> bool:
+        """Register an in-process plugin (a module or an object with ``@hookimpl``
+        methods, e.g. a logger in a notebook or a test) and collect what it registers.
+
+        Returns False when it was refused (reported like any broken plugin).
+        """
+        name = name or getattr(plugin, "__name__", type(plugin).__name__)
+        return self._add(plugin, PluginInfo(name, package, version))
+
+    def _add(self, obj: Any, info: PluginInfo) -> bool:
+        if self.pm.is_registered(obj):  # e.g. named by an entry point and by the config
+            return True
+        if self.pm.has_plugin(info.name):
+            other = self.info.get(info.name, PluginInfo(info.name, "", ""))
+            self._fail(f"{info.label()} has the same name as {other.label()}")
+            return False
+        try:
+            self.pm.register(obj, name=info.name)
+        except pluggy.PluginValidationError as exc:
+            self.pm.unregister(obj)  # pluggy leaves the hooks it attached before the bad one
+            self._fail(f"{info.label()} implements a hook wrongly: {' '.join(str(exc).split())}")
+            return False
+        problem = self._check_hooks(obj)
+        if problem:
+            self.pm.unregister(obj)
+            self._fail(f"{info.label()} {problem}")
+            return False
+        if not self._collect(info):
+            return False
+        self.info[info.name] = info
+        info.hooks = sorted(c.name for c in self.pm.get_hookcallers(obj) or [])
+        return True
+
+    def _check_hooks(self, obj: Any) -> str | None:
+        """What pluggy lets through at registration but would misbehave later, if anything."""
+        callers = self.pm.get_hookcallers(obj) or []
+        if not callers:
+            return "implements no pretextual hook (is each hook function decorated with @pretextual.hookimpl?)"
+        known = [n for n in vars(hookspecs) if n.startswith("pretextual_")]
+        for caller in callers:
+            impls = [i for i in caller.get_hookimpls() if i.plugin is obj]
+            if not caller.has_spec() and not all(i.optionalhook for i in impls):
+                close = difflib.get_close_matches(caller.name, known, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                return f"implements {caller.name}, which is not a pretextual hook{hint}"
+            if any(i.wrapper or i.hookwrapper for i in impls):
+                return f"implements {caller.name} as a wrapper; pretextual hooks are plain calls"
+        return None
+
+    def _collect(self, info: PluginInfo) -> bool:
+        """Call the plugin's registration hooks, then add what they registered (all or nothing)."""
+        found: dict[str, list[Any]] = {kind: [] for kind, _ in REGISTER_HOOKS.values()}
+        for hook_name, (kind, spec_class) in REGISTER_HOOKS.items():
+            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                if impl.plugin_name != info.name:
+                    continue
+                try:
+                    impl.function(*[{"register": found[kind].append}[a] for a in impl.argnames])
+                    bad = [s for s in found[kind] if not isinstance(s, spec_class)]
+                    if bad:
+                        raise TypeError(f"register() takes a {spec_class.__name__}, got {bad[0]!r}")
+                except Exception as exc:
+                    self.pm.unregister(name=info.name)
+                    self._fail(f"{info.label()} failed in {hook_name}: {_describe(exc)}")
+                    return False
+        for kind, specs in found.items():
+            registry = self.objectives if kind == "objective" else self.exporters
+            for spec in specs:
                 if spec.name in registry:
-                    other = self._owner[(kind, spec.name)]
+                    owner = self._owner[(kind, spec.name)]
+                    other = info if owner == info.name else self.info[owner]
                     raise PluginError(
-                        f"{kind} {spec.name!r} is registered twice: by plugin {other!r} "
-                        f"(package {self.info[other].package}) and by plugin {plugin!r} "
-                        f"(package {self.info[plugin].package})")
+                        f"{kind} {spec.name!r} is registered twice: by {other.label()} and by "
+                        f"{info.label()}; uninstall one or leave it out with {ENV_LOAD_PLUGINS}")
                 registry[spec.name] = spec
-                self._owner[(kind, spec.name)] = plugin
-                getattr(self.info[plugin], kind + "s").append(spec.name)
+                self._owner[(kind, spec.name)] = info.name
+                getattr(info, kind + "s").append(spec.name)
+        return True
 
-    def _collect(self) -> None:
-        self._call_register_hook("pretextual_register_objectives", self.objectives, "objective")
-        self._call_register_hook("pretextual_register_exporters", self.exporters, "exporter")
-        for name, info in self.info.items():
-            plugin = self.pm.get_plugin(name)
-            info.hooks = sorted(c.name for c in self.pm.get_hookcallers(plugin) or [])
+    def disable(self, plugin_name: str, hook_name: str, exc: Exception) -> None:
+        """Unregister a plugin whose hook raised (or raise PluginError in strict mode)."""
+        info = self.info.get(plugin_name, PluginInfo(plugin_name, "", ""))
+        message = f"{info.label()} failed in {hook_name}: {_describe(exc)}"
+        if self.strict:
+            raise PluginError(message) from exc
+        self.pm.unregister(name=plugin_name)
+        self._fail(message, "disabled it for the rest of the run")
+
+    # --- lookup ----------------------------------------------------------------------------
 
     def owner(self, kind: str, name: str) -> PluginInfo:
         """The plugin that registered objective/exporter ``name``."""
@@ -152,6 +243,47 @@ class Plugins:
             raise PluginError(f"no plugin registers an exporter named {name!r} "
                               f"(known: {', '.join(sorted(self.exporters))})")
         return self.exporters[name]
+
+
+class IsolatedHooks:
+    """``plugins.hook.<hook>(**kwargs)``: calls every implementation in pluggy's order,
+    each on its own, so one that raises is reported and unregistered while the others
+    (and the run) go on. Returns the implementations' non-None results, as pluggy does."""
+
+    def __init__(self, plugins: Plugins):
+        self._plugins = plugins
+
+    def __getattr__(self, hook_name: str):
+        caller = getattr(self._plugins.pm.hook, hook_name)
+
+        def call(**kwargs: Any) -> list[Any]:
+            results = []
+            for impl in reversed(caller.get_hookimpls()):  # pluggy calls the last registered first
+                args = [kwargs[a] for a in impl.argnames]  # a plugin names only what it needs
+                try:
+                    result = impl.function(*args)
+                except Exception as exc:
+                    self._plugins.disable(impl.plugin_name, hook_name, exc)
+                    continue
+                if result is not None:
+                    results.append(result)
+            return results
+
+        return call
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def _normalize(dist: str) -> str:
+    return dist.lower().replace("_", "-").replace(".", "-")
+
+
+def _distribution_of(module: str) -> str:
+    """The installed distribution providing ``module``, else its top-level package name."""
+    top = module.split(".")[0]
+    return importlib.metadata.packages_distributions().get(top, [top])[0]
 
 
 def _version(dist: str) -> str:

@@ -1,0 +1,102 @@
+"""Config: recipes, overrides, and one clear line for every mistake a user can make."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pretextual.cli import main
+from pretextual.core.config import load_config, recipe_names, reference_markdown
+from pretextual.core.mix import ObjectiveMix
+from pretextual.core.encoder import preset_config
+from pretextual.errors import ConfigError
+from pretextual.plugins.api import BuildContext, Vocab
+from pretextual.plugins.manager import Plugins
+
+ROOT = Path(__file__).resolve().parents[2]
+VOCAB = Vocab(size=100, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4, special_ids=(0, 1, 2, 3, 4))
+
+
+def mix(*overrides, recipe="roberta"):
+    cfg = load_config(recipe, list(overrides))
+    context = BuildContext(preset_config("tiny", vocab_size=100), VOCAB, 64, True)
+    return ObjectiveMix(cfg.objectives, Plugins(), context)
+
+
+def test_recipes_are_shipped_and_default_is_bert():
+    assert {"bert", "roberta", "albert", "spanbert"} <= set(recipe_names())
+    assert set(load_config().objectives) == {"mlm", "nsp"}
+    assert set(load_config("spanbert").objectives) == {"span"}
+
+
+def test_overrides_reach_objective_options():
+    cfg = load_config("roberta", ["objectives.mlm.weight=0.5", "objectives.mlm.mask_prob=0.2",
+                                  "data.max_seq_length=64"])
+    m = mix("objectives.mlm.weight=0.5", "objectives.mlm.mask_prob=0.2")
+    assert cfg.data.max_seq_length == 64
+    assert m.weights(0) == {"mlm": 0.5}
+
+
+def test_yaml_file_and_delete_override(tmp_path):
+    path = tmp_path / "mix.yaml"
+    path.write_text("objectives:\n  mlm: {weight: 1.0}\n  nsp: {weight: 0.5}\ntrainer:\n  max_steps: 7\n")
+    cfg = load_config(str(path), ["~objectives.nsp"])
+    assert set(cfg.objectives) == {"mlm"}
+    assert cfg.trainer.max_steps == 7
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.max_step=3"], r"trainer\.max_step.*Did you mean"),
+    (["data.batch_size=many"], r"data\.batch_size"),
+    (["model.preset=gigantic"], r"model\.preset: unknown preset 'gigantic'"),
+    (["data.max_seq_length=1024"], r"data\.max_seq_length \(1024\) exceeds"),
+    (["~objectives.mlm"], r"objectives: no objective selected"),
+    (["notakey"], r"notakey: expected key=value"),
+])
+def test_bad_config_is_one_clear_line(overrides, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config("roberta", overrides)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["objectives.mlm.weight=-1"], r"objectives\.mlm\.weight must not be negative"),
+    (["objectives.mlm.weight=0"], r"every weight is zero"),
+    (["objectives.mlm.mask_probb=0.2"], r"objectives\.mlm\.mask_probb.*Did you mean"),
+    (["objectives.mlm.mask_prob=high"], r"objectives\.mlm\.mask_prob"),
+    (["objectives.mlm.mask_prob=1.5"], r"objectives\.mlm\.mask_prob must be in \(0, 1\)"),
+    (["objectives.mlm.mask_ratio=0.95", "objectives.mlm.random_ratio=0.1"], r"<= 1"),
+    (["objectives.mlm.schedule=cosine"], r"unknown schedule 'cosine'"),
+    (["objectives.bogus.weight=1"], r"objectives\.bogus: no plugin registers an objective named 'bogus'"),
+])
+def test_bad_objective_config(overrides, message):
+    with pytest.raises(Exception, match=message):
+        mix(*overrides)
+
+
+def test_weight_schedules():
+    m = mix("objectives.mlm.schedule=linear", "objectives.mlm.start_weight=0",
+            "objectives.mlm.weight=2", "objectives.mlm.schedule_steps=10")
+    assert [m.weights(s)["mlm"] for s in (0, 5, 10, 20)] == [0.0, 1.0, 2.0, 2.0]
+    m = mix("objectives.mlm.schedule=step", "objectives.mlm.start_weight=0.5",
+            "objectives.mlm.schedule_steps=3")
+    assert [m.weights(s)["mlm"] for s in (0, 2, 3)] == [0.5, 0.5, 1.0]
+
+
+def test_cli_reports_errors_in_one_line(capsys):
+    assert main(["config", "roberta", "trainer.max_step=3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pretextual: error: trainer.max_step")
+
+
+def test_cli_prints_resolved_config(capsys):
+    assert main(["config", "albert", "objectives.sop.weight=0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "sop:\n    weight: 0.5" in out
+
+
+def test_config_reference_is_up_to_date():
+    generated = reference_markdown(Plugins().objectives)
+    assert (ROOT / "docs" / "config.md").read_text() == generated + "\n", \
+        "docs/config.md is stale: run `pretextual config --reference > docs/config.md`"

@@ -1,0 +1,117 @@
+"""Corpora, tokenization cache, examples and batches, and bad input."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pretextual.core.corpus import embedded_corpus, read_corpus, split_sentences
+from pretextual.core.data import Batches, TokenizedDocuments, full_sentences
+from pretextual.core.prepare import tokenized_corpus
+from pretextual.core.tokenizer import train_wordpiece, vocab_of
+from pretextual.core.trainer import Trainer
+from pretextual.errors import DataError
+
+
+def test_text_jsonl_directory_and_glob(tmp_path):
+    (tmp_path / "a.txt").write_text("First doc. Two sentences here.\nAnother line.\n\nSecond doc.\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "A json doc. It has two."}) + "\n\n"
+                                      + json.dumps({"text": "Line one.\nLine two."}) + "\n")
+    docs = read_corpus(str(tmp_path / "a.txt"))
+    assert [d.sentences for d in docs] == [["First doc.", "Two sentences here.", "Another line."],
+                                           ["Second doc."]]
+    assert len(read_corpus(str(tmp_path / "b.jsonl"))) == 2
+    assert len(read_corpus(str(tmp_path))) == 4
+    assert len(read_corpus(str(tmp_path / "*.txt"))) == 2
+
+
+def test_sentence_splitter_keeps_abbreviations():
+    assert split_sentences("See e.g. the docs. Dr. Smith agrees! Is it 3 p.m.? Yes.") == \
+        ["See e.g. the docs.", "Dr. Smith agrees!", "Is it 3 p.m.?", "Yes."]
+
+
+def test_embedded_corpus_is_offline_text_with_many_documents():
+    docs = embedded_corpus()
+    assert len(docs) > 100
+    assert sum(len(s) for d in docs for s in d.sentences) > 500_000
+    assert all(len(d.sentences) >= 1 for d in docs)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file or directory"),
+    (b"", "holds no text"),
+    (b"\n\n   \n", "holds no text"),
+    (b"caf\xe9 au lait\n", r"not UTF-8 text \(byte 0xe9 at offset 3\)"),
+])
+def test_bad_corpus_files(tmp_path, content, message):
+    path = tmp_path / "corpus.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(DataError, match=message) as info:
+        read_corpus(str(path))
+    assert str(path) in str(info.value)
+
+
+def test_bad_jsonl_names_the_line(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "ok."}\n{"body": "no text field"}\n')
+    with pytest.raises(DataError, match=r"c\.jsonl:2: no 'text' field"):
+        read_corpus(str(path))
+
+
+def test_full_sentences_packs_up_to_the_length_and_splits_long_sentences():
+    text = ["alpha beta gamma delta " * 30, "short one", "another short sentence"]
+    tokenizer = train_wordpiece(text, 100)
+    vocab = vocab_of(tokenizer)
+    from pretextual.core.corpus import Document
+    docs = TokenizedDocuments.from_documents([Document(text, "t")], tokenizer)
+    examples = full_sentences(32, vocab)(docs, np.random.default_rng(0))
+    assert all(len(e["input_ids"]) <= 32 for e in examples)
+    assert all(e["input_ids"][0] == vocab.cls_id and e["input_ids"][-1] == vocab.sep_id for e in examples)
+    body = np.concatenate([e["input_ids"][1:-1] for e in examples])
+    assert len(body) == len(docs.ids)  # nothing dropped, nothing repeated
+
+
+def test_batches_are_a_function_of_seed_and_index(corpus_file, tmp_path):
+    tokenizer = train_wordpiece(open(corpus_file).read().splitlines(), 200)
+    vocab = vocab_of(tokenizer)
+    docs = TokenizedDocuments.from_documents(read_corpus(str(corpus_file)), tokenizer)
+    make = lambda: Batches(docs, full_sentences(32, vocab), None, vocab, 4, seed=3)
+    a, b = make(), make()
+    for index in (7, 0, 3, 40):  # any order, across epochs
+        assert all((a[index][k] == b[index][k]).all() for k in a[index])
+    assert not (a[0]["input_ids"].shape == a[1]["input_ids"].shape
+                and (a[0]["input_ids"] == a[1]["input_ids"]).all())
+
+
+def test_second_run_uses_the_cache(corpus_file, tmp_path):
+    from pretextual.core.config import load_config
+    cfg = load_config("roberta", [f"data.corpus={corpus_file}", f"data.cache_dir={tmp_path}",
+                                  "data.vocab_size=250"])
+    messages = []
+    tokenized_corpus(cfg.data, log=messages.append)
+    assert any("training a WordPiece tokenizer" in m for m in messages)
+    messages.clear()
+    tok, docs = tokenized_corpus(cfg.data, log=messages.append)
+    assert messages == [] and len(docs) == 60 and 200 < tok.get_vocab_size() <= 250
+
+
+def test_long_documents_are_reported_and_split(tmp_path, cache_dir, tiny_config):
+    long = tmp_path / "long.txt"
+    long.write_text(("word " * 400 + "\n\n") * 20)
+    cfg = tiny_config("roberta", f"data.corpus={long}")
+    messages = []
+    Trainer(cfg, log=messages.append)
+    assert any("longer than data.max_seq_length" in m and str(long) in m for m in messages)
+
+
+def test_bad_corpus_loses_nothing_already_written(tiny_config, tmp_path):
+    cfg = tiny_config("roberta", steps=2)
+    Trainer(cfg, log=lambda *_: None).train()
+    run = tmp_path / "run"
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\xff\xfe broken")
+    with pytest.raises(DataError, match="bad.txt: not UTF-8"):
+        Trainer(tiny_config("roberta", f"data.corpus={bad}", steps=2), log=lambda *_: None)
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before

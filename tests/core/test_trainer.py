@@ -1,0 +1,112 @@
+"""Training runs end to end: losses fall, metrics are logged, resume is exact."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pretextual.core.checkpoint import list_checkpoints
+from pretextual.core.trainer import Trainer
+from pretextual.plugins.hookspecs import hookimpl
+from pretextual.plugins.manager import Plugins
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_weights(run_dir):
+    return load_file(str(list_checkpoints(run_dir / "checkpoints")[-1] / "model.safetensors"))
+
+
+def test_loss_falls_and_metrics_are_logged(tiny_config, tmp_path):
+    cfg = tiny_config("roberta", "trainer.lr=3e-3", "trainer.eval_every=20", steps=60)
+    final = Trainer(cfg, log=lambda *_: None).train()
+    lines = read_metrics(tmp_path / "run")
+    steps = [l for l in lines if "loss/mlm" in l]
+    evals = [l for l in lines if "eval/loss" in l]
+    assert [l["step"] for l in steps] == list(range(1, 61))
+    for key in ("loss", "loss/mlm", "weight/mlm", "lr", "tokens_per_s", "mlm/accuracy"):
+        assert key in steps[0]
+    assert steps[0]["loss"] == pytest.approx(steps[0]["loss/mlm"] * steps[0]["weight/mlm"])
+    first = sum(l["loss"] for l in steps[:5]) / 5
+    last = sum(l["loss"] for l in steps[-5:]) / 5
+    assert last < first - 1.0, (first, last)  # ln(300) = 5.7 at the start
+    assert [l["step"] for l in evals] == [20, 40, 60]
+    assert evals[-1]["eval/loss/mlm"] < evals[0]["eval/loss/mlm"]
+    assert final["eval/mlm/accuracy"] > 0.1
+    assert (tmp_path / "run" / "tokenizer.json").is_file()
+    assert (tmp_path / "run" / "config.yaml").is_file()
+
+
+def test_same_seed_gives_identical_weights(tiny_config, tmp_path):
+    a = tiny_config("roberta", f"trainer.output_dir={tmp_path / 'a'}", steps=4)
+    b = tiny_config("roberta", f"trainer.output_dir={tmp_path / 'b'}", steps=4)
+    Trainer(a, log=lambda *_: None).train()
+    Trainer(b, log=lambda *_: None).train()
+    wa, wb = final_weights(tmp_path / "a"), final_weights(tmp_path / "b")
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_resume_matches_an_uninterrupted_run(tiny_config, tmp_path):
+    straight = tiny_config("roberta", f"trainer.output_dir={tmp_path / 'straight'}",
+                           "trainer.checkpoint_every=3", steps=8)
+    Trainer(straight, log=lambda *_: None).train()
+
+    # Crash at step 5 (the last checkpoint is step 3), then resume to 8 in a new Trainer.
+    cut = tiny_config("roberta", f"trainer.output_dir={tmp_path / 'cut'}",
+                      "trainer.checkpoint_every=3", steps=8)
+
+    class Crash:
+        @hookimpl
+        def pretextual_on_step_end(self, step):
+            if step == 5:
+                raise RuntimeError("simulated crash")
+
+    plugins = Plugins()
+    plugins.pm.register(Crash())
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        Trainer(cut, plugins, log=lambda *_: None).train()
+    messages = []
+    Trainer(cut, log=messages.append).train(resume=True)
+    assert any("resumed from" in m and "step-0000003" in m for m in messages)
+    wa, wb = final_weights(tmp_path / "straight"), final_weights(tmp_path / "cut")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    straight_losses = [l["loss"] for l in read_metrics(tmp_path / "straight") if "loss/mlm" in l]
+    cut_losses = [l["loss"] for l in read_metrics(tmp_path / "cut") if "loss/mlm" in l]
+    assert cut_losses == straight_losses
+
+
+def test_checkpoints_keep_the_latest_k(tiny_config, tmp_path):
+    cfg = tiny_config("roberta", "trainer.checkpoint_every=2", "trainer.keep_checkpoints=2", steps=7)
+    Trainer(cfg, log=lambda *_: None).train()
+    names = [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")]
+    assert names == ["step-0000006", "step-0000007"]
+    assert not [p for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_corrupt_latest_checkpoint_falls_back(tiny_config, tmp_path, capsys):
+    cfg = tiny_config("roberta", "trainer.checkpoint_every=2", "trainer.keep_checkpoints=3", steps=4)
+    Trainer(cfg, log=lambda *_: None).train()
+    latest = list_checkpoints(tmp_path / "run" / "checkpoints")[-1] / "model.safetensors"
+    latest.write_bytes(latest.read_bytes()[:100])  # truncated
+    messages = []
+    Trainer(cfg, log=messages.append).resume()
+    assert "step-0000004" in capsys.readouterr().err
+    assert any("step-0000002" in m for m in messages)
+
+
+def test_gradient_accumulation_matches_a_larger_batch(tiny_config, tmp_path):
+    # Dropout off so the two runs see the same computation.
+    common = ("model.hidden_dropout_prob=0", "model.attention_probs_dropout_prob=0")
+    big = tiny_config("roberta", *common, f"trainer.output_dir={tmp_path / 'big'}", steps=1)
+    Trainer(big, log=lambda *_: None).train()
+    losses_big = read_metrics(tmp_path / "big")[0]
+    acc = tiny_config("roberta", *common, "data.batch_size=4", "trainer.grad_accum_steps=2",
+                      f"trainer.output_dir={tmp_path / 'acc'}", steps=1)
+    Trainer(acc, log=lambda *_: None).train()
+    losses_acc = read_metrics(tmp_path / "acc")[0]
+    assert losses_acc["tokens"] > 0
+    assert losses_acc["loss"] == pytest.approx(losses_big["loss"], rel=0.2)
