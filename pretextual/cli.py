@@ -23,13 +23,19 @@ def _load(args) -> "DictConfig":  # noqa: F821
 
 
 def cmd_train(args) -> int:
+    from pretextual.core.distributed import shutdown
     from pretextual.core.trainer import Trainer
     from pretextual.plugins.manager import Plugins
     cfg = _load(args)
-    metrics = Trainer(cfg, Plugins(strict=args.strict_plugins)).train(resume=args.resume)
-    if metrics:
-        print("final eval: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
-    print(f"run directory: {cfg.trainer.output_dir}")
+    trainer = Trainer(cfg, Plugins(strict=args.strict_plugins))
+    try:
+        metrics = trainer.train(resume=args.resume)
+    finally:
+        shutdown(trainer.world)
+    if trainer.world.is_main:
+        if metrics:
+            print("final eval: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+        print(f"run directory: {cfg.trainer.output_dir}")
     return 0
 
 

@@ -2,38 +2,12 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
 from pretextual.core.config import load_config
-
-TOPICS = {
-    "river": "water boat fish bank stream bridge current shore flood valley",
-    "market": "price trade coin stall buyer seller goods bread fruit street",
-    "forest": "tree leaf bird wolf moss trail branch root deer shade",
-    "school": "teacher lesson book pupil desk chalk exam class bell study",
-    "harbor": "ship sail anchor dock crane cargo wave tide rope gull",
-    "castle": "tower wall gate king guard moat stone hall banner knight",
-}
-VERBS = "sees finds carries watches follows needs moves keeps".split()
-
-
-def write_corpus(path: Path, documents: int = 60, sentences: int = 8, seed: int = 0) -> Path:
-    """Documents of simple sentences, each document on one topic, blank lines between them."""
-    rng = random.Random(seed)
-    topics = list(TOPICS.values())
-    lines = []
-    for d in range(documents):
-        words = topics[d % len(topics)].split()
-        for _ in range(sentences):
-            n = rng.randint(4, 9)
-            sentence = " ".join(rng.choice(words) if i % 3 else rng.choice(VERBS) for i in range(n))
-            lines.append(sentence.capitalize() + ".")
-        lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+from run_helpers import tiny_overrides, write_corpus
 
 
 @pytest.fixture(scope="session")
@@ -44,15 +18,6 @@ def corpus_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
-
-
-def tiny_overrides(corpus: Path, cache: Path, out: Path, steps: int = 5) -> list[str]:
-    """Overrides for a run that takes seconds: tiny preset, short sequences, small vocab."""
-    return [f"data.corpus={corpus}", f"data.cache_dir={cache}", f"trainer.output_dir={out}",
-            "model.preset=tiny", "data.vocab_size=300", "data.max_seq_length=32",
-            "data.batch_size=8", f"trainer.max_steps={steps}", "trainer.warmup_steps=2",
-            "trainer.eval_every=0", "trainer.eval_batches=2", f"trainer.checkpoint_every={steps}",
-            "trainer.progress=false"]
 
 
 @pytest.fixture

@@ -102,6 +102,8 @@ class TrainerConfig:
     """Seed of initialisation, data order, masking and dropout."""
     output_dir: str = "runs/latest"
     """Run directory: metrics.jsonl, checkpoints, tokenizer, config."""
+    nonfinite: str = "stop"
+    """On a NaN/inf loss: 'stop' (keep the last good checkpoint and exit with the step and objective) or 'skip' the batch."""
     device: str = "auto"
     """'cpu', 'cuda', or 'auto' (cuda when available)."""
     progress: bool = True
@@ -239,6 +241,8 @@ def validate(cfg: DictConfig) -> None:
     if cfg.data.max_seq_length > cfg.model.max_position_embeddings:
         raise ConfigError(f"data.max_seq_length ({cfg.data.max_seq_length}) exceeds "
                           f"model.max_position_embeddings ({cfg.model.max_position_embeddings})")
+    if cfg.trainer.nonfinite not in ("stop", "skip"):
+        raise ConfigError(f"trainer.nonfinite must be 'stop' or 'skip', got {cfg.trainer.nonfinite!r}")
     if not 0.0 <= cfg.data.eval_fraction < 1.0:
         raise ConfigError(f"data.eval_fraction must be in [0, 1), got {cfg.data.eval_fraction}")
     if not cfg.objectives:

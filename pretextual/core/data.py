@@ -206,19 +206,21 @@ def _seed(*parts: int) -> int:
 
 
 class Batches(torch.utils.data.Dataset):
-    """Batch ``k`` of an endless stream of epochs, a pure function of ``(seed, k)``.
+    """Micro-batch ``k`` of an endless stream of epochs, a pure function of ``(seed, k)``.
 
-    Use with ``DataLoader(batches, batch_size=None, sampler=range(start, stop))``:
-    any number of workers yields the same batches, and resuming at ``k`` is exact.
+    Use with ``DataLoader(batches, batch_size=None, sampler=indices)``: any number
+    of workers yields the same batches, and resuming at ``k`` is exact. With
+    several processes, rank ``r`` of ``w`` reads micro-batches ``k*w + r``, so
+    the global batch is the same whatever the split into processes and
+    accumulation steps.
     """
 
     def __init__(self, docs: TokenizedDocuments, builder: ExampleBuilder,
                  transform: BatchTransform | None, vocab: Vocab, batch_size: int, seed: int,
-                 rank: int = 0, world_size: int = 1, drop_last: bool = True):
+                 drop_last: bool = True):
         self.docs, self.builder, self.transform, self.vocab = docs, builder, transform, vocab
         self.drop_last = drop_last  # False keeps a last, smaller batch (for evaluation)
         self.batch_size, self.seed = batch_size, seed
-        self.rank, self.world_size = rank, world_size
         self._epoch_sizes: list[int] = []  # batches per epoch, for the epochs built so far
         self._epoch, self._examples, self._order = -1, [], np.zeros(0, np.int64)
 
@@ -231,12 +233,10 @@ class Batches(torch.utils.data.Dataset):
         self._order = np.random.default_rng(_seed(self.seed, epoch, 2)).permutation(len(self._examples))
         self._epoch = epoch
         if epoch == len(self._epoch_sizes):
-            per_step = self.batch_size * self.world_size
-            count = len(self._examples) // per_step if self.drop_last else -(-len(self._examples) // per_step)
-            self._epoch_sizes.append(count)
+            n, size = len(self._examples), self.batch_size
+            self._epoch_sizes.append(n // size if self.drop_last else -(-n // size))
             if self._epoch_sizes[-1] == 0:
-                raise ValueError(f"an epoch holds {len(self._examples)} examples, fewer than one "
-                                 f"global batch of {per_step}")
+                raise ValueError(f"an epoch holds {n} examples, fewer than one batch of {size}")
 
     def epoch_length(self, epoch: int = 0) -> int:
         """Number of batches in ``epoch`` (building the epochs up to it once)."""
@@ -256,10 +256,10 @@ class Batches(torch.utils.data.Dataset):
         epoch, within = self.locate(index)
         if epoch != self._epoch:
             self._build_epoch(epoch)
-        start = (within * self.world_size + self.rank) * self.batch_size
+        start = within * self.batch_size
         examples = [self._examples[i] for i in self._order[start:start + self.batch_size]]
         batch = collate(examples, self.vocab)
         if self.transform is not None:
-            generator = torch.Generator().manual_seed(_seed(self.seed, index, self.rank, 3))
+            generator = torch.Generator().manual_seed(_seed(self.seed, index, 3))
             batch = self.transform(batch, generator)
         return batch

@@ -1,11 +1,13 @@
 """The training loop: AdamW with warm-up and linear decay, accumulation, clipping,
-optional bf16 autocast, evaluation, metrics.jsonl and atomic checkpoints."""
+optional bf16 autocast, evaluation, metrics.jsonl and atomic checkpoints; one
+process, or many under torchrun with DistributedDataParallel."""
 
 from __future__ import annotations
 
 import json
 import math
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ import pretextual
 from pretextual.core.checkpoint import latest_checkpoint, save_checkpoint
 from pretextual.core.config import to_yaml
 from pretextual.core.data import Batches, full_sentences, split_documents
+from pretextual.core import distributed as dist_utils
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
 from pretextual.core.mix import ObjectiveMix, PretrainingModel
 from pretextual.core.prepare import tokenized_corpus
@@ -45,12 +48,6 @@ def encoder_config(cfg: DictConfig, vocab_size: int, pad_token_id: int) -> Encod
     return config
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def _decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     # BERT excludes biases and LayerNorm weights from weight decay.
     decay, no_decay = [], []
@@ -59,21 +56,41 @@ def _decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+class _MixForward(torch.nn.Module):
+    """The whole forward of a step (encoder, heads, objectives) as one module, so
+    DistributedDataParallel can wrap it and synchronise gradients in backward."""
+
+    def __init__(self, model: PretrainingModel, mix: ObjectiveMix):
+        super().__init__()
+        self.model, self.mix = model, mix
+
+    def forward(self, batch, step: int):
+        return self.mix.loss(self.model, batch, step)
+
+
 class Trainer:
     """One training run, set up from a resolved config."""
 
     def __init__(self, cfg: DictConfig, plugins: Plugins | None = None, log=print):
-        self.cfg, self.log = cfg, log
+        self.cfg = cfg
+        self.device = dist_utils.device_for(cfg.trainer.device)
+        self.world = dist_utils.init_world(self.device)
+        self.log = log if self.world.is_main else (lambda *_: None)
         self.plugins = plugins or Plugins()
         self.out = Path(cfg.trainer.output_dir)
-        self.device = _device(cfg.trainer.device)
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
 
-        self.tokenizer, docs = tokenized_corpus(cfg.data, log=log)
+        # The main process tokenizes (and trains the tokenizer, whose ties tokenizers breaks
+        # differently in each process) and fills the cache; the others then read it.
+        if not self.world.is_main:
+            dist_utils.barrier(self.world)
+        self.tokenizer, docs = tokenized_corpus(cfg.data, log=self.log)
+        if self.world.is_main:
+            dist_utils.barrier(self.world)
         too_long = int((np.diff(docs.sentence_offsets) > cfg.data.max_seq_length - 2).sum())
         if too_long:
-            log(f"note: {too_long} sentences of {cfg.data.corpus} are longer than "
-                f"data.max_seq_length={cfg.data.max_seq_length} tokens; they are split into pieces")
+            self.log(f"note: {too_long} sentences of {cfg.data.corpus} are longer than "
+                     f"data.max_seq_length={cfg.data.max_seq_length} tokens; they are split into pieces")
         self.vocab = vocab_of(self.tokenizer)
         self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
@@ -96,6 +113,12 @@ class Trainer:
 
         torch.manual_seed(seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
+        self.forward = _MixForward(self.model, self.mix)
+        if self.world.enabled:
+            # Unused parameters are normal here (the pooler when no objective reads it).
+            self.forward = torch.nn.parallel.DistributedDataParallel(
+                self.forward, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=True)
         t = cfg.trainer
         self.optimizer = torch.optim.AdamW(
             _decay_groups(self.model, t.weight_decay), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2),
@@ -109,6 +132,11 @@ class Trainer:
             return (step + 1) / t.warmup_steps
         return max(0.0, (t.max_steps - step) / max(1, t.max_steps - t.warmup_steps))
 
+    @property
+    def global_batch_size(self) -> int:
+        """Examples per optimizer step: micro-batch x world size x accumulation steps."""
+        return self.cfg.data.batch_size * self.world.world_size * self.cfg.trainer.grad_accum_steps
+
     # --- state -----------------------------------------------------------------------------
 
     def _meta(self) -> dict:
@@ -116,18 +144,19 @@ class Trainer:
                 "encoder_config": self.encoder_config.to_dict(),
                 "objectives": self.mix.names, "heads": sorted(self.mix.heads),
                 "scheduler_last_epoch": self.scheduler.last_epoch,
+                "world_size": self.world.world_size,
                 "config": OmegaConf.to_container(self.cfg)}
 
-    def _rng_state(self) -> dict[str, torch.Tensor]:
-        rng = {"torch": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return rng
-
     def save(self) -> Path:
-        path = save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizer,
-                               self._meta(), self._rng_state(), self.cfg.trainer.keep_checkpoints)
-        self.plugins.hook.pretextual_on_checkpoint(step=self.step, path=str(path), trainer=self)
+        """Write a checkpoint (the main process writes; every process takes part)."""
+        rng = {f"torch.{r}": s for r, s in
+               enumerate(dist_utils.gather_rng_states(self.world, self.device))}
+        path = self.out / "checkpoints" / f"step-{self.step:07d}"
+        if self.world.is_main:
+            path = save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizer,
+                                   self._meta(), rng, self.cfg.trainer.keep_checkpoints)
+            self.plugins.hook.pretextual_on_checkpoint(step=self.step, path=str(path), trainer=self)
+        dist_utils.barrier(self.world)
         return path
 
     def resume(self) -> bool:
@@ -147,23 +176,31 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt.optimizer_state())
         self.scheduler.last_epoch = ckpt.meta["scheduler_last_epoch"]
         self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
-        torch.set_rng_state(tensors["rng.torch"])
-        if "rng.cuda" in tensors and self.device.type == "cuda":
-            torch.cuda.set_rng_state(tensors["rng.cuda"], self.device)
+        rng = tensors.get(f"rng.torch.{self.world.rank}")
+        if rng is not None:
+            dist_utils.set_rng_state(rng, self.device)
+        else:  # a new rank after a change of world size: a fresh, seeded dropout stream
+            torch.manual_seed(self.cfg.trainer.seed + 7919 * self.world.rank + ckpt.step)
         self.step = ckpt.step
         self.log(f"resumed from {ckpt.path} at step {self.step}")
         return True
 
     # --- loop ------------------------------------------------------------------------------
 
-    def _loader(self, batches: Batches, start: int, stop: int):
+    def _loader(self, batches: Batches, indices):
         workers = self.cfg.data.num_workers
         # Its own generator: a DataLoader otherwise draws its base seed from the global RNG,
         # which would shift dropout after a resume. Batches carry their own seeds anyway.
-        return torch.utils.data.DataLoader(batches, batch_size=None, sampler=range(start, stop),
+        return torch.utils.data.DataLoader(batches, batch_size=None, sampler=indices,
                                            generator=torch.Generator(),
                                            num_workers=workers, pin_memory=self.device.type == "cuda",
-                                           persistent_workers=False, prefetch_factor=4 if workers else None)
+                                           prefetch_factor=4 if workers else None)
+
+    def _train_indices(self, start_step: int) -> list[int]:
+        """Micro-batch ids this process reads: global micro-batch (s*accum + a)*world + rank."""
+        accum, w = self.cfg.trainer.grad_accum_steps, self.world
+        return [(s * accum + a) * w.world_size + w.rank
+                for s in range(start_step, self.cfg.trainer.max_steps) for a in range(accum)]
 
     def _to_device(self, batch):
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
@@ -176,6 +213,8 @@ class Trainer:
             f.write(json.dumps(record) + "\n")
 
     def _start_run_dir(self, resumed: bool) -> None:
+        if not self.world.is_main:
+            return
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "config.yaml").write_text(to_yaml(self.cfg))
         (self.out / "tokenizer.json").write_text(self.tokenizer.to_str())
@@ -195,13 +234,31 @@ class Trainer:
         self.model.eval()
         sums: dict[str, float] = {}
         n = min(self.cfg.trainer.eval_batches, self.eval_batches.epoch_length(0))
-        for batch in self._loader(self.eval_batches, 0, n):
+        for batch in self._loader(self.eval_batches, range(n)):
             with self._autocast():
                 total, logs = self.mix.loss(self.model, self._to_device(batch), self.step)
             for key, value in {"loss": total, **logs}.items():
                 sums[f"eval/{key}"] = sums.get(f"eval/{key}", 0.0) + float(value)
         self.model.train()
         return {k: v / n for k, v in sums.items()}
+
+    def _micro_steps(self, loader) -> tuple[dict[str, torch.Tensor], int]:
+        """Forward and backward over the accumulation steps; returns mean logs and tokens."""
+        accum = self.cfg.trainer.grad_accum_steps
+        logs_sum: dict[str, torch.Tensor] = {}
+        tokens = 0
+        for a in range(accum):
+            batch = self._to_device(next(loader))
+            tokens += int(batch["attention_mask"].sum())
+            # DDP: synchronise gradients only on the last micro-batch of the step.
+            sync = self.world.enabled and a < accum - 1
+            with (self.forward.no_sync() if sync else nullcontext()), self._autocast():
+                total, logs = self.forward(batch, self.step)
+            with (self.forward.no_sync() if sync else nullcontext()):
+                (total / accum).backward()
+            for key, value in {"loss": total.detach(), **logs}.items():
+                logs_sum[key] = logs_sum.get(key, 0.0) + value / accum
+        return logs_sum, tokens
 
     def train(self, resume: bool = False) -> dict[str, float]:
         """Train to trainer.max_steps; returns the last evaluation's metrics."""
@@ -210,58 +267,58 @@ class Trainer:
         if resume and not resumed:
             self.log(f"no checkpoint in {self.out / 'checkpoints'}; starting from scratch")
         self._start_run_dir(resumed)
-        params = count_parameters(self.model.bert)
-        self.log(f"objectives: {', '.join(f'{n} (weight {w:g})' for n, w in self.mix.weights(self.step).items())}"
-                 f" | encoder {params:,} parameters | batch {self.cfg.data.batch_size} x "
-                 f"{t.grad_accum_steps} accumulation | device {self.device}")
+        weights = ", ".join(f"{n} (weight {w:g})" for n, w in self.mix.weights(self.step).items())
+        self.log(f"objectives: {weights} | encoder {count_parameters(self.model.bert):,} parameters "
+                 f"| global batch {self.global_batch_size} = {self.cfg.data.batch_size} x "
+                 f"{self.world.world_size} processes x {t.grad_accum_steps} accumulation "
+                 f"| device {self.device}")
         self.model.train()
-        accum = t.grad_accum_steps
-        loader = iter(self._loader(self.train_batches, self.step * accum, t.max_steps * accum))
-        bar = tqdm(total=t.max_steps, initial=self.step, disable=not t.progress, unit="step",
-                   dynamic_ncols=True)
+        loader = iter(self._loader(self.train_batches, self._train_indices(self.step)))
+        bar = tqdm(total=t.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
+                   disable=not (t.progress and self.world.is_main))
         last_eval: dict[str, float] = {}
-        tokens_seen = 0
-        clock = time.perf_counter()
+        tokens_seen, clock = 0, time.perf_counter()
         while self.step < t.max_steps and not self.should_stop:
-            logs_sum: dict[str, torch.Tensor] = {}
-            tokens = 0
-            for _ in range(accum):
-                batch = self._to_device(next(loader))
-                tokens += int(batch["attention_mask"].sum())
-                with self._autocast():
-                    total, logs = self.mix.loss(self.model, batch, self.step)
-                (total / accum).backward()
-                for key, value in {"loss": total.detach(), **logs}.items():
-                    logs_sum[key] = logs_sum.get(key, 0.0) + value / accum
-            loss = float(logs_sum["loss"])
-            if not math.isfinite(loss):
-                bad = [k for k, v in logs_sum.items() if k.startswith("loss/") and not math.isfinite(float(v))]
-                raise TrainingError(f"step {self.step + 1}: non-finite loss ({', '.join(bad) or 'loss'}); "
-                                    f"the last checkpoint in {self.out / 'checkpoints'} is kept")
-            if t.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+            logs, tokens = self._micro_steps(loader)
+            logs = dist_utils.mean_over_ranks(logs, self.world, self.device)
+            tokens = dist_utils.sum_over_ranks(tokens, self.world, self.device)
+            skipped = not math.isfinite(logs["loss"])
+            if skipped:
+                bad = [k for k, v in logs.items() if k.startswith("loss/") and not math.isfinite(v)]
+                message = (f"step {self.step + 1}: non-finite loss in {', '.join(bad) or 'loss'}")
+                if t.nonfinite == "stop":
+                    raise TrainingError(f"{message}; stopped, the last good checkpoint in "
+                                        f"{self.out / 'checkpoints'} is kept "
+                                        f"(trainer.nonfinite=skip skips such batches)")
+                self.log(f"warning: {message}; batch skipped (trainer.nonfinite=skip)")
+                self.optimizer.zero_grad(set_to_none=True)
+            else:
+                if t.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
             lr = self.scheduler.get_last_lr()[0]
-            self.optimizer.step()
             self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
             weights = self.mix.weights(self.step)
             self.step += 1
             tokens_seen += tokens
 
-            if self.step % t.log_every == 0 or self.step == t.max_steps:
+            if self.world.is_main and (self.step % t.log_every == 0 or self.step == t.max_steps):
                 now = time.perf_counter()
-                record = {"step": self.step, **{k: float(v) for k, v in logs_sum.items()},
-                          **{f"weight/{k}": w for k, w in weights.items()},
+                record = {"step": self.step, **logs, **{f"weight/{k}": w for k, w in weights.items()},
                           "lr": lr, "tokens": tokens,
                           "tokens_per_s": tokens_seen / max(now - clock, 1e-9)}
+                if skipped:
+                    record["skipped"] = 1
                 tokens_seen, clock = 0, now
                 self._write_metrics(record)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
                 self.plugins.hook.pretextual_on_step_end(step=self.step, metrics=record, trainer=self)
+            self.should_stop = dist_utils.any_over_ranks(self.should_stop, self.world, self.device)
             bar.update(1)
 
             done = self.step == t.max_steps or self.should_stop
-            if (t.eval_every and self.step % t.eval_every == 0) or done:
+            if self.world.is_main and ((t.eval_every and self.step % t.eval_every == 0) or done):
                 last_eval = self.evaluate()
                 if last_eval:
                     self._write_metrics({"step": self.step, **last_eval})

@@ -1,0 +1,111 @@
+"""torch.distributed as torchrun sets it up: one process per device, DDP across them.
+
+pretextual invents no distribution of its own: ``torchrun --nproc_per_node N -m
+pretextual train ...`` sets RANK, WORLD_SIZE and LOCAL_RANK, and this module
+reads them. Without torchrun everything here is a no-op for a single process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Only the main process writes checkpoints, metrics and exports."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_world(device: torch.device) -> World:
+    """Join the process group torchrun describes (gloo on CPU, nccl on GPU)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return World()
+    world = World(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(minutes=30))
+    return world
+
+
+def device_for(name: str, world: World | None = None) -> torch.device:
+    """'auto' picks cuda when available; under torchrun each process takes its LOCAL_RANK GPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and "LOCAL_RANK" in os.environ:
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    return torch.device(name)
+
+
+def mean_over_ranks(values: dict[str, torch.Tensor], world: World, device: torch.device
+                    ) -> dict[str, float]:
+    """Average logged values across processes (one all-reduce), as Python floats."""
+    keys = sorted(values)
+    stacked = torch.stack([torch.as_tensor(values[k], dtype=torch.float64, device=device) for k in keys])
+    if world.enabled:
+        dist.all_reduce(stacked)
+        stacked /= world.world_size
+    return dict(zip(keys, stacked.tolist()))
+
+
+def sum_over_ranks(value: int, world: World, device: torch.device) -> int:
+    if not world.enabled:
+        return value
+    t = torch.tensor(value, dtype=torch.int64, device=device)
+    dist.all_reduce(t)
+    return int(t)
+
+
+def any_over_ranks(flag: bool, world: World, device: torch.device) -> bool:
+    """True on every process when it is True on any (e.g. a plugin asked to stop on rank 0)."""
+    if not world.enabled:
+        return flag
+    t = torch.tensor(int(flag), device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t)
+
+
+def gather_rng_states(world: World, device: torch.device) -> list[torch.Tensor]:
+    """Every process's RNG state (CPU, and the device's on cuda), in rank order."""
+    state = torch.get_rng_state()
+    if device.type == "cuda":
+        state = torch.cat([state, torch.cuda.get_rng_state(device)])
+    if not world.enabled:
+        return [state]
+    local = state.to(device)
+    states = [torch.empty_like(local) for _ in range(world.world_size)]
+    dist.all_gather(states, local)
+    return [s.cpu() for s in states]
+
+
+def set_rng_state(state: torch.Tensor, device: torch.device) -> None:
+    """Restore a state written by gather_rng_states."""
+    cpu = torch.get_rng_state()
+    torch.set_rng_state(state[:len(cpu)])
+    if device.type == "cuda" and len(state) > len(cpu):
+        torch.cuda.set_rng_state(state[len(cpu):], device)
+
+
+def barrier(world: World) -> None:
+    if world.enabled:
+        dist.barrier()
+
+
+def shutdown(world: World) -> None:
+    if world.enabled and dist.is_initialized():
+        dist.destroy_process_group()
