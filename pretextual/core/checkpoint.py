@@ -112,6 +112,13 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith("step-"))
 
 
+def remove_partial_checkpoints(directory: Path) -> None:
+    """Delete temporary directories left by a process killed while writing a checkpoint."""
+    if directory.is_dir():
+        for p in directory.glob(".tmp-step-*"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def open_checkpoint(path: Path) -> Checkpoint:
     """Open and verify one checkpoint; CheckpointError names the file that is wrong."""
     path = Path(path)

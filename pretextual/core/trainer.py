@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 import pretextual
-from pretextual.core.checkpoint import latest_checkpoint, save_checkpoint
+from pretextual.core.checkpoint import latest_checkpoint, remove_partial_checkpoints, save_checkpoint
 from pretextual.core.config import to_yaml
 from pretextual.core.data import Batches, full_sentences, split_documents
 from pretextual.core import distributed as dist_utils
@@ -161,6 +161,8 @@ class Trainer:
 
     def resume(self) -> bool:
         """Restore the newest good checkpoint of the run directory; False when there is none."""
+        if self.world.is_main:
+            remove_partial_checkpoints(self.out / "checkpoints")
         ckpt = latest_checkpoint(self.out / "checkpoints")
         if ckpt is None:
             return False

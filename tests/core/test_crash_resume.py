@@ -1,0 +1,132 @@
+"""Crash safety: a run killed with SIGKILL at random moments resumes to bit-identical weights;
+non-finite losses stop with a clear message; a pickle posing as a checkpoint never runs."""
+
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from safetensors.torch import load_file
+
+from pretextual.core.checkpoint import list_checkpoints
+from pretextual.core.trainer import Trainer
+from pretextual.errors import CheckpointError, TrainingError
+from pretextual.plugins.manager import Plugins
+from run_helpers import tiny_overrides
+
+STEPS = 30
+
+
+def train_cmd(overrides, *extra):
+    return [sys.executable, "-m", "pretextual", "train", "roberta", *overrides, *extra]
+
+
+def weights(run_dir):
+    return load_file(str(list_checkpoints(run_dir / "checkpoints")[-1] / "model.safetensors"))
+
+
+def steps_logged(run_dir):
+    path = run_dir / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_sigkill_at_random_moments_then_resume_is_bit_identical(corpus_file, cache_dir, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    common = lambda out: tiny_overrides(corpus_file, cache_dir, out, steps=STEPS) + [
+        "trainer.checkpoint_every=2", "trainer.keep_checkpoints=2"]
+    straight = tmp_path / "straight"
+    subprocess.run(train_cmd(common(straight)), check=True, capture_output=True, env=env, timeout=300)
+
+    rng = random.Random(7)
+    for kill_after in (3, 11, 19):  # steps logged before the kill (a checkpoint exists), plus a random delay
+        run = tmp_path / f"killed-{kill_after}"
+        proc = subprocess.Popen(train_cmd(common(run)), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env)
+        deadline = time.time() + 240
+        while steps_logged(run) < kill_after and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0, 0.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert steps_logged(run) < STEPS, "the run finished before it could be killed"
+        resumed = subprocess.run(train_cmd(common(run), "--resume"), capture_output=True, text=True,
+                                 env=env, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert "resumed from" in resumed.stdout
+        a, b = weights(straight), weights(run)
+        assert all((a[k] == b[k]).all() for k in a), f"weights differ after a kill at {kill_after}"
+        losses = lambda d: [json.loads(l)["loss"] for l in (d / "metrics.jsonl").read_text().splitlines()
+                            if "loss/mlm" in json.loads(l)]
+        assert losses(run) == losses(straight)
+        assert not list((run / "checkpoints").glob(".tmp-*"))
+
+
+def test_nonfinite_loss_stops_naming_step_and_objective(tiny_config, tmp_path, monkeypatch):
+    cfg = tiny_config("roberta", "trainer.checkpoint_every=2", steps=6)
+    trainer = Trainer(cfg, log=lambda *_: None)
+    real_loss = trainer.mix.selected[0].objective.loss
+    calls = {"n": 0}
+
+    def poisoned(inputs):
+        calls["n"] += 1
+        out = real_loss(inputs)
+        if calls["n"] == 3:
+            out.loss = out.loss * float("nan")
+        return out
+
+    trainer.mix.selected[0].objective.loss = poisoned
+    with pytest.raises(TrainingError, match=r"step 3: non-finite loss in loss/mlm"):
+        trainer.train()
+    assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["step-0000002"]
+
+
+def test_nonfinite_loss_can_skip_the_batch(tiny_config, tmp_path):
+    cfg = tiny_config("roberta", "trainer.nonfinite=skip", steps=5)
+    messages = []
+    trainer = Trainer(cfg, log=messages.append)
+    real_loss = trainer.mix.selected[0].objective.loss
+    calls = {"n": 0}
+
+    def poisoned(inputs):
+        calls["n"] += 1
+        out = real_loss(inputs)
+        if calls["n"] == 2:
+            out.loss = out.loss * float("inf")
+        return out
+
+    trainer.mix.selected[0].objective.loss = poisoned
+    trainer.train()
+    lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [l.get("skipped", 0) for l in lines if "loss/mlm" in l] == [0, 1, 0, 0, 0]
+    assert any("step 2: non-finite loss" in m and "skipped" in m for m in messages)
+    assert all(v.isfinite().all() for v in weights(tmp_path / "run").values())
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, (f"touch {_Exploit.marker}",))
+
+
+def test_a_pickle_posing_as_a_checkpoint_is_refused_without_running(tiny_config, tmp_path):
+    cfg = tiny_config("roberta", steps=2)
+    Trainer(cfg, log=lambda *_: None).train()
+    ckpt = list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
+    _Exploit.marker = tmp_path / "pwned"
+    payload = pickle.dumps({"weights": _Exploit()})
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        (ckpt / name).write_bytes(payload)
+    # An attacker can also fix up the checksums: the file must still not be unpickled.
+    import hashlib
+    meta = json.loads((ckpt / "trainer.json").read_text())
+    meta["sha256"] = {n: hashlib.sha256(payload).hexdigest() for n in meta["sha256"]}
+    (ckpt / "trainer.json").write_text(json.dumps(meta))
+    from pretextual.core.checkpoint import open_checkpoint
+    with pytest.raises(CheckpointError, match="model.safetensors: not a safetensors file"):
+        open_checkpoint(ckpt)
+    assert Trainer(cfg, log=lambda *_: None).resume() is False
+    assert not _Exploit.marker.exists()
