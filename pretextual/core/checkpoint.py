@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from pretextual.errors import CheckpointError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MODEL_FILE, OPTIMIZER_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "trainer.json"
 
 
@@ -39,19 +39,21 @@ def _sha256(path: Path) -> str:
 
 
 def _flatten_optimizer(state_dict: dict) -> tuple[dict[str, torch.Tensor], list]:
+    # Keyed by parameter name (torch.distributed.checkpoint's full state dict), so a
+    # checkpoint is the same for one process, DDP or FSDP, whatever the world size.
     tensors = {}
-    for index, per_param in state_dict["state"].items():
+    for param, per_param in state_dict["state"].items():
         for key, value in per_param.items():
-            tensors[f"state.{index}.{key}"] = torch.as_tensor(value)
+            tensors[f"state.{param}.{key}"] = torch.as_tensor(value)
     return tensors, state_dict["param_groups"]
 
 
 def _unflatten_optimizer(tensors: dict[str, torch.Tensor], param_groups: list) -> dict:
-    state: dict[int, dict] = {}
+    state: dict[str, dict] = {}
     for name, value in tensors.items():
         if name.startswith("state."):
-            _, index, key = name.split(".", 2)
-            state.setdefault(int(index), {})[key] = value
+            param, key = name[len("state."):].rsplit(".", 1)
+            state.setdefault(param, {})[key] = value
     return {"state": state, "param_groups": param_groups}
 
 
@@ -76,16 +78,18 @@ class Checkpoint:
         return _unflatten_optimizer(self.optimizer_tensors(), self.meta["param_groups"])
 
 
-def save_checkpoint(directory: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    meta: dict, rng: dict[str, torch.Tensor], keep: int) -> Path:
-    """Write ``directory/step-NNNNNNN`` atomically and keep only the newest ``keep``."""
+def save_checkpoint(directory: Path, step: int, model_state: dict[str, torch.Tensor],
+                    optimizer_state: dict, meta: dict, rng: dict[str, torch.Tensor], keep: int) -> Path:
+    """Write ``directory/step-NNNNNNN`` atomically and keep only the newest ``keep``.
+
+    ``optimizer_state`` is a full optimizer state dict keyed by parameter name."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"step-{step:07d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:07d}-", dir=directory))
     try:
-        model_state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(model_state, str(tmp / MODEL_FILE))
-        tensors, groups = _flatten_optimizer(optimizer.state_dict())
+        save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()},
+                  str(tmp / MODEL_FILE))
+        tensors, groups = _flatten_optimizer(optimizer_state)
         tensors.update({f"rng.{k}": v for k, v in rng.items()})
         save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(tmp / OPTIMIZER_FILE))
         meta = {**meta, "format": FORMAT_VERSION, "step": step, "param_groups": groups,

@@ -102,6 +102,8 @@ class TrainerConfig:
     """Seed of initialisation, data order, masking and dropout."""
     output_dir: str = "runs/latest"
     """Run directory: metrics.jsonl, checkpoints, tokenizer, config."""
+    fsdp: bool = False
+    """Under torchrun, shard parameters, gradients and optimizer state over processes (FSDP2) instead of replicating them (DDP)."""
     nonfinite: str = "stop"
     """On a NaN/inf loss: 'stop' (keep the last good checkpoint and exit with the step and objective) or 'skip' the batch."""
     device: str = "auto"

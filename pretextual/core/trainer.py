@@ -13,6 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
 from tqdm import tqdm
 
 import pretextual
@@ -29,6 +32,9 @@ from pretextual.plugins.api import BuildContext
 from pretextual.plugins.manager import Plugins
 
 EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed stream
+# Full (unsharded) state on the CPU: checkpoints do not depend on how the model was split.
+# Not strict: a parameter no objective uses (the pooler under MLM alone) has no optimizer state.
+FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True, strict=False)
 
 
 def encoder_config(cfg: DictConfig, vocab_size: int, pad_token_id: int) -> EncoderConfig:
@@ -105,8 +111,10 @@ class Trainer:
         self.eval_batches = Batches(eval_docs, builder, self.mix.batch_transform, self.vocab,
                                     cfg.data.batch_size, seed + EVAL_SEED_OFFSET,
                                     drop_last=False) if len(eval_docs) else None
-        try:
+        try:  # build the first epochs now, so bad data fails before any step
             self.train_batches.locate(0)
+            if self.eval_batches is not None:
+                self.eval_batches.epoch_length(0)
         except ValueError as exc:
             raise DataError(f"data.corpus: too little text for data.batch_size="
                             f"{cfg.data.batch_size}: {exc}") from None
@@ -114,7 +122,13 @@ class Trainer:
         torch.manual_seed(seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
         self.forward = _MixForward(self.model, self.mix)
-        if self.world.enabled:
+        if cfg.trainer.fsdp and self.world.enabled:
+            # FSDP2: each layer's parameters, gradients and optimizer state sharded over ranks.
+            from torch.distributed.fsdp import fully_shard
+            for layer in self.model.bert.encoder.layer:
+                fully_shard(layer)
+            fully_shard(self.forward)
+        elif self.world.enabled:
             # Unused parameters are normal here (the pooler when no objective reads it).
             self.forward = torch.nn.parallel.DistributedDataParallel(
                 self.forward, device_ids=[self.device.index] if self.device.type == "cuda" else None,
@@ -151,9 +165,11 @@ class Trainer:
         """Write a checkpoint (the main process writes; every process takes part)."""
         rng = {f"torch.{r}": s for r, s in
                enumerate(dist_utils.gather_rng_states(self.world, self.device))}
+        model_state = get_model_state_dict(self.model, options=FULL_STATE)
+        optimizer_state = get_optimizer_state_dict(self.model, self.optimizer, options=FULL_STATE)
         path = self.out / "checkpoints" / f"step-{self.step:07d}"
         if self.world.is_main:
-            path = save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizer,
+            path = save_checkpoint(self.out / "checkpoints", self.step, model_state, optimizer_state,
                                    self._meta(), rng, self.cfg.trainer.keep_checkpoints)
             self.plugins.hook.pretextual_on_checkpoint(step=self.step, path=str(path), trainer=self)
         dist_utils.barrier(self.world)
@@ -169,13 +185,15 @@ class Trainer:
         if ckpt.meta["encoder_config"] != self.encoder_config.to_dict():
             raise CheckpointError(f"{ckpt.path}: was written for a different model "
                                   f"({ckpt.meta['encoder_config']}); check model.* and data.*")
-        try:
-            self.model.load_state_dict(ckpt.model_state())
-        except RuntimeError as exc:
-            raise CheckpointError(f"{ckpt.path}: does not fit this model: "
-                                  f"{str(exc).splitlines()[0]}") from None
+        state = ckpt.model_state()
+        expected = set(get_model_state_dict(self.model).keys())
+        if set(state) != expected:
+            diff = sorted(set(state) ^ expected)
+            raise CheckpointError(f"{ckpt.path}: does not fit this model (differs in {diff[0]}"
+                                  f"{f' and {len(diff) - 1} more' if len(diff) > 1 else ''})")
+        set_model_state_dict(self.model, state, options=FULL_STATE)
         tensors = ckpt.optimizer_tensors()
-        self.optimizer.load_state_dict(ckpt.optimizer_state())
+        set_optimizer_state_dict(self.model, self.optimizer, ckpt.optimizer_state(), options=FULL_STATE)
         self.scheduler.last_epoch = ckpt.meta["scheduler_last_epoch"]
         self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
         rng = tensors.get(f"rng.torch.{self.world.rank}")
@@ -237,12 +255,19 @@ class Trainer:
         sums: dict[str, float] = {}
         n = min(self.cfg.trainer.eval_batches, self.eval_batches.epoch_length(0))
         for batch in self._loader(self.eval_batches, range(n)):
-            with self._autocast():
-                total, logs = self.mix.loss(self.model, self._to_device(batch), self.step)
+            with self._autocast():  # through the wrapper: FSDP must gather the sharded weights
+                total, logs = self.forward(self._to_device(batch), self.step)
             for key, value in {"loss": total, **logs}.items():
                 sums[f"eval/{key}"] = sums.get(f"eval/{key}", 0.0) + float(value)
         self.model.train()
         return {k: v / n for k, v in sums.items()}
+
+    def _gradient_sync(self, sync: bool):
+        if isinstance(self.forward, torch.nn.parallel.DistributedDataParallel) and not sync:
+            return self.forward.no_sync()
+        if hasattr(self.forward, "set_requires_gradient_sync"):  # FSDP2
+            self.forward.set_requires_gradient_sync(sync)
+        return nullcontext()
 
     def _micro_steps(self, loader) -> tuple[dict[str, torch.Tensor], int]:
         """Forward and backward over the accumulation steps; returns mean logs and tokens."""
@@ -252,11 +277,10 @@ class Trainer:
         for a in range(accum):
             batch = self._to_device(next(loader))
             tokens += int(batch["attention_mask"].sum())
-            # DDP: synchronise gradients only on the last micro-batch of the step.
-            sync = self.world.enabled and a < accum - 1
-            with (self.forward.no_sync() if sync else nullcontext()), self._autocast():
-                total, logs = self.forward(batch, self.step)
-            with (self.forward.no_sync() if sync else nullcontext()):
+            # Synchronise gradients across processes only on the last micro-batch of the step.
+            with self._gradient_sync(a == accum - 1):
+                with self._autocast():
+                    total, logs = self.forward(batch, self.step)
                 (total / accum).backward()
             for key, value in {"loss": total.detach(), **logs}.items():
                 logs_sum[key] = logs_sum.get(key, 0.0) + value / accum
@@ -320,9 +344,9 @@ class Trainer:
             bar.update(1)
 
             done = self.step == t.max_steps or self.should_stop
-            if self.world.is_main and ((t.eval_every and self.step % t.eval_every == 0) or done):
-                last_eval = self.evaluate()
-                if last_eval:
+            if (t.eval_every and self.step % t.eval_every == 0) or done:
+                last_eval = self.evaluate()  # on every process (FSDP needs all to take part)
+                if last_eval and self.world.is_main:
                     self._write_metrics({"step": self.step, **last_eval})
                     self.plugins.hook.pretextual_on_eval(step=self.step, metrics=last_eval, trainer=self)
             if self.step % t.checkpoint_every == 0 or done:

@@ -52,7 +52,7 @@ class NSPOptions:
     random_next_prob: float = 0.5
     """Probability that B is text from another document (label 1) rather than the text after A (label 0)."""
     short_seq_prob: float = 0.1
-    """Probability that a document's pairs aim at a random length in [2, max_seq_length - 3] instead of the full length."""
+    """Probability that a document's pairs aim at a random length in [2, max_seq_length - 3]."""
 
 
 def next_sentence_pairs(options: NSPOptions, max_seq_length: int, vocab: Vocab) -> ExampleBuilder:
@@ -69,7 +69,8 @@ def next_sentence_pairs(options: NSPOptions, max_seq_length: int, vocab: Vocab) 
         others = [doc for doc, sents in enumerate(sentences) if sents]
         if len(others) < 2:
             raise DataError(f"objectives.nsp needs at least two documents (a random next "
-                            f"segment comes from another document), got {len(others)}")
+                            f"segment comes from another document), got {len(others)}; so does "
+                            f"the held-out split (data.eval_fraction)")
         examples: list[Example] = []
         for doc, sents in enumerate(sentences):
             # Google draws the target once per document.

@@ -1,4 +1,4 @@
-"""Sentence-order prediction (ALBERT, Lan et al. 2020, section 4.1).
+"""Sentence-order prediction (ALBERT, Lan et al. 2020, section 3.1).
 
 Each example is ``[CLS] A [SEP] B [SEP]`` made of two consecutive segments of
 one document, swapped with probability ``swap_prob``. A linear head on the
@@ -43,7 +43,7 @@ class SOPOptions:
     swap_prob: float = 0.5
     """Probability that the two segments are swapped (label 1)."""
     short_seq_prob: float = 0.1
-    """Probability that a document's pairs aim at a random length in [2, max_seq_length - 3] instead of the full length."""
+    """Probability that a document's pairs aim at a random length in [2, max_seq_length - 3]."""
 
 
 def sentence_order_pairs(options: SOPOptions, max_seq_length: int, vocab: Vocab) -> ExampleBuilder:

@@ -60,9 +60,10 @@ def sample_span_lengths(n: int, p: float, max_span: int, generator: torch.Genera
     The geometric distribution Geo(p) truncated at ``max_span`` (SpanBERT's
     ``len_distrib``). Returns an int64 tensor of shape [n].
     """
-    lengths = torch.arange(1, max_span + 1, dtype=torch.float64)
-    weights = p * (1.0 - p) ** (lengths - 1)
-    return torch.multinomial(weights, n, replacement=True, generator=generator) + 1
+    weights = p * (1.0 - p) ** torch.arange(max_span, dtype=torch.float64)
+    cdf = weights.cumsum(0) / weights.sum()
+    draws = torch.rand(n, generator=generator, dtype=torch.float64)
+    return (torch.searchsorted(cdf, draws, right=True) + 1).clamp_(max=max_span)
 
 
 def select_spans(batch: Batch, options: SpanOptions, generator: torch.Generator
@@ -85,13 +86,16 @@ def select_spans(batch: Batch, options: SpanOptions, generator: torch.Generator
     pieces = torch.zeros_like(word).scatter_add_(1, word, candidates.long()).gather(1, word)
     specials_before = (~candidates).long().cumsum(1)  # equal within a stretch between specials
     n_words = first.sum(1)
-    # All random draws at once: span lengths, and a random order of each row's words.
+    # All random draws at once: a random order of each row's words, and for each
+    # word the length of the span that starts there if one does.
     span_lengths = sample_span_lengths(int(n_words.sum()), options.p, options.max_span, generator)
     scores = torch.rand(rows, length, generator=generator)
     scores.masked_fill_(torch.arange(length) >= n_words[:, None], 2.0)
     orders = scores.argsort(dim=1).tolist()
     span_lengths, n_words = span_lengths.tolist(), n_words.tolist()
-    start_at, size, seg = first.nonzero()[:, 1].tolist(), pieces[first].tolist(), specials_before[first].tolist()
+    # Each row's ordinary words, row after row: first piece, number of pieces, stretch.
+    start_at, size = first.nonzero()[:, 1].tolist(), pieces[first].tolist()
+    stretch = specials_before[first].tolist()
     budgets = (candidates.sum(1) * options.mask_prob).tolist()
     at_row, at_pos, span_of = [], [], []
     offset = 0  # index of the row's first word in the flat lists
@@ -105,7 +109,7 @@ def select_spans(batch: Batch, options: SpanOptions, generator: torch.Generator
             span_start = start_at[offset + first_word]
             for w in range(first_word, min(first_word + span_lengths[offset + first_word], n)):
                 i = offset + w
-                if hidden[w] or seg[i] != seg[offset + first_word]:
+                if hidden[w] or stretch[i] != stretch[offset + first_word]:
                     break
                 full = count > 0 and count + size[i] / 2 >= budget
                 if full:

@@ -48,7 +48,7 @@ def select_words(batch: Batch, mask_prob: float, generator: torch.Generator
     of its pieces' running count falls below the budget, so a word that
     straddles the budget is taken as often as it is left, and the expected
     count matches the budget. A row with any ordinary piece gets at least one
-    word. Memory and time are linear in the sequence length.
+    word. Memory is linear in the sequence length (no [seq, seq] comparison).
 
     Returns ``(selected, word)``: a boolean [batch, seq] mask and the word
     index of every position (for a per-word replacement decision).
@@ -60,8 +60,8 @@ def select_words(batch: Batch, mask_prob: float, generator: torch.Generator
     pieces_in_order = pieces.gather(1, order)
     midpoint = pieces_in_order.cumsum(1) - pieces_in_order / 2
     budget = candidates.sum(1, keepdim=True) * mask_prob
-    first = torch.arange(word.shape[1]) == 0
-    take = ((midpoint < budget) | first) & (pieces_in_order > 0)
+    first_in_order = torch.arange(word.shape[1]) == 0
+    take = ((midpoint < budget) | first_in_order) & (pieces_in_order > 0)
     chosen = torch.zeros_like(take).scatter_(1, order, take)  # back to word-index order
     return chosen.gather(1, word) & candidates, word
 
