@@ -110,3 +110,24 @@ def test_gradient_accumulation_matches_a_larger_batch(tiny_config, tmp_path):
     losses_acc = read_metrics(tmp_path / "acc")[0]
     assert losses_acc["tokens"] > 0
     assert losses_acc["loss"] == pytest.approx(losses_big["loss"], rel=0.2)
+
+
+def test_dataloader_workers_give_the_same_run(tiny_config, tmp_path):
+    a = tiny_config("roberta", f"trainer.output_dir={tmp_path / 'a'}", "data.num_workers=0", steps=3)
+    b = tiny_config("roberta", f"trainer.output_dir={tmp_path / 'b'}", "data.num_workers=2", steps=3)
+    Trainer(a, log=lambda *_: None).train()
+    Trainer(b, log=lambda *_: None).train()
+    wa, wb = final_weights(tmp_path / "a"), final_weights(tmp_path / "b")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_an_existing_tokenizer_is_used_as_is(tiny_config, tmp_path):
+    first = tiny_config("roberta", f"trainer.output_dir={tmp_path / 'first'}", steps=1)
+    Trainer(first, log=lambda *_: None).train()
+    saved = tmp_path / "first" / "tokenizer.json"
+    second = tiny_config("roberta", f"data.tokenizer={saved}", f"data.cache_dir={tmp_path / 'c2'}",
+                         f"trainer.output_dir={tmp_path / 'second'}", steps=1)
+    messages = []
+    Trainer(second, log=messages.append).train()
+    assert not any("training a WordPiece tokenizer" in m for m in messages)
+    assert (tmp_path / "second" / "tokenizer.json").read_text() == saved.read_text()
