@@ -1,4 +1,4 @@
-"""The ``pretextual`` command: train, config, plugins."""
+"""The ``pretextual`` command: train, prepare, config, plugins, export, plot, compare, ablate."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def cmd_train(args) -> int:
     from pretextual.core.trainer import Trainer
     from pretextual.plugins.manager import Plugins
     cfg = _load(args)
-    trainer = Trainer(cfg, Plugins(strict=args.strict_plugins))
+    trainer = Trainer(cfg, Plugins.from_config(cfg, strict=args.strict_plugins))
     try:
         metrics = trainer.train(resume=args.resume)
     finally:
@@ -36,6 +36,17 @@ def cmd_train(args) -> int:
         if metrics:
             print("final eval: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         print(f"run directory: {cfg.trainer.output_dir}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from pretextual.core.config import load_config
+    from pretextual.core.prepare import prepare_corpus
+    flags = {"tokenizer": args.tokenizer, "vocab_size": args.vocab_size, "text_field": args.text_field}
+    overrides = [f"data.{key}={value}" for key, value in flags.items() if value is not None]
+    cfg = load_config(None, overrides + (["data.lowercase=false"] if args.cased else []))
+    prepare_corpus(args.corpus, args.out, cfg.data, workers=args.workers, shard_mb=args.shard_mb,
+                   sample_mb=args.sample_mb)
     return 0
 
 
@@ -66,6 +77,41 @@ def cmd_plugins(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from pretextual.exporters.export import export_checkpoint
+    from pretextual.plugins.manager import Plugins
+    export_checkpoint(args.source, args.out, args.format, with_heads=args.with_heads,
+                      quantize=args.quantize, force=args.force,
+                      plugins=Plugins(strict=args.strict_plugins))
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from pretextual.analysis.plot import X_AXES, plot_runs
+    panels = plot_runs(args.run_dirs, args.out)
+    print(f"wrote {args.out}: {len(panels) // len(X_AXES)} metrics against steps and tokens, "
+          f"{len(args.run_dirs)} run(s)")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from dataclasses import asdict
+    from pretextual.analysis.compare import compare, comparison_rows, format_table
+    summaries = compare(args.run_dirs)
+    if args.json:
+        print(json.dumps([asdict(s) for s in summaries], indent=2))
+    else:
+        print(format_table(comparison_rows(summaries), markdown=args.markdown))
+    return 0
+
+
+def cmd_ablate(args) -> int:
+    from pretextual.analysis.ablate import ablate, parse_mixes
+    ablate(parse_mixes(args.mixes), args.out, steps=args.steps, seeds=args.seeds,
+           overrides=args.overrides, strict_plugins=args.strict_plugins)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pretextual", description=__doc__)
     parser.add_argument("--strict-plugins", action="store_true",
@@ -79,6 +125,27 @@ def build_parser() -> argparse.ArgumentParser:
                        help="continue from the newest good checkpoint in trainer.output_dir")
     train.set_defaults(func=cmd_train)
 
+    prepare = sub.add_parser("prepare", help="tokenize a corpus once into memory-mapped shards "
+                             "(for corpora larger than memory; train with data.prepared=DIR)")
+    prepare.add_argument("corpus", metavar="CORPUS",
+                         help="a text or .jsonl file, a directory or a glob (as data.corpus)")
+    prepare.add_argument("--out", required=True, metavar="DIR",
+                         help="the prepared directory (an interrupted prepare there is resumed)")
+    prepare.add_argument("--tokenizer", metavar="FILE",
+                         help="a tokenizer.json to use (data.tokenizer); default: train WordPiece")
+    prepare.add_argument("--vocab-size", type=int, metavar="N",
+                         help="vocabulary of the trained WordPiece tokenizer (data.vocab_size)")
+    prepare.add_argument("--cased", action="store_true",
+                         help="do not lower-case in the trained tokenizer (data.lowercase=false)")
+    prepare.add_argument("--text-field", metavar="NAME", help="text field of .jsonl files")
+    prepare.add_argument("--workers", type=int, metavar="N",
+                         help="tokenizing processes (default: one per CPU)")
+    prepare.add_argument("--shard-mb", type=float, default=16, metavar="MB",
+                         help="text per shard (default: 16)")
+    prepare.add_argument("--sample-mb", type=float, default=16, metavar="MB",
+                         help="text from the start of the corpus to train the tokenizer on (default: 16)")
+    prepare.set_defaults(func=cmd_prepare)
+
     config = sub.add_parser("config", help="print the resolved config")
     config.add_argument("args", nargs="*", metavar="[CONFIG] key=value", help=config_help)
     config.add_argument("--reference", action="store_true",
@@ -88,6 +155,50 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = sub.add_parser("plugins", help="list plugins and what they register")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plugins.set_defaults(func=cmd_plugins)
+
+    export = sub.add_parser("export", help="write a checkpoint as files other tools load")
+    export.add_argument("source", metavar="RUN_DIR_OR_CHECKPOINT",
+                        help="a run directory (its newest checkpoint) or a checkpoint directory")
+    export.add_argument("--out", required=True, metavar="DIR", help="the export directory")
+    export.add_argument("--format", default="safetensors,onnx",
+                        help="comma-separated exporters (default: safetensors,onnx)")
+    export.add_argument("--quantize", metavar="SCHEME",
+                        help="also write a quantized model (onnx: int8)")
+    export.add_argument("--with-heads", action="store_true",
+                        help="also write the pretraining heads (Hugging Face names where they exist)")
+    export.add_argument("--force", action="store_true",
+                        help="replace DIR if it exists and is not empty (once the new export is complete)")
+    export.set_defaults(func=cmd_export)
+
+    plot = sub.add_parser("plot", help="plot the loss curves and eval metrics of runs")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to overlay")
+    plot.add_argument("--out", required=True, metavar="FILE.png",
+                      help="the image to write (needs matplotlib: "
+                           "pip install 'pretextual[plot]')")
+    plot.set_defaults(func=cmd_plot)
+
+    compare = sub.add_parser("compare", help="a table of runs: final and best eval metrics, "
+                                             "tokens, time")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                         help="run directories to compare")
+    compare.add_argument("--markdown", action="store_true", help="print a markdown table")
+    compare.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    compare.set_defaults(func=cmd_compare)
+
+    ablate = sub.add_parser("ablate", help="train objective mixes on the same data and token "
+                                           "budget, probe them alike, write a report")
+    ablate.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="overrides applied to every mix (corpus, preset, lengths, ...)")
+    ablate.add_argument("--mixes", default="bert,roberta,albert,spanbert",
+                        help="comma-separated recipes or YAML files (default: %(default)s)")
+    ablate.add_argument("--steps", type=int, default=200,
+                        help="steps of the mix with the fewest tokens per step; sets the token "
+                             "budget of every run (default: %(default)s)")
+    ablate.add_argument("--seeds", type=int, default=1,
+                        help="seeds 0..k-1 per mix (default: %(default)s)")
+    ablate.add_argument("--out", required=True, metavar="DIR",
+                        help="where the runs and the report (report.md) go")
+    ablate.set_defaults(func=cmd_ablate)
     return parser
 
 

@@ -7,6 +7,7 @@ forward pass, so the trainer backpropagates once through the shared encoder.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,7 @@ class ObjectiveMix:
 
     def __init__(self, objectives_cfg, plugins: Plugins, context: BuildContext):
         self.selected: list[Selected] = []
+        context = dataclasses.replace(context, objectives=tuple(objectives_cfg))
         for name, raw in objectives_cfg.items():
             spec = plugins.objective(name)
             schedule, options = objective_options(name, raw, spec.options)

@@ -82,7 +82,7 @@ class Trainer:
         self.device = dist_utils.device_for(cfg.trainer.device)
         self.world = dist_utils.init_world(self.device)
         self.log = log if self.world.is_main else (lambda *_: None)
-        self.plugins = plugins or Plugins()
+        self.plugins = plugins or Plugins.from_config(cfg)
         self.out = Path(cfg.trainer.output_dir)
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
 

@@ -24,6 +24,7 @@ time, never silently trimmed):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
@@ -70,6 +71,7 @@ class BuildContext:
     vocab: Vocab
     max_seq_length: int
     has_word_boundaries: bool  # False when the tokenizer has no pre-tokenizer (no word ids)
+    objectives: tuple[str, ...] = ()  # names of every objective selected in the mix
 
 
 class Documents(Protocol):
@@ -145,10 +147,68 @@ class ObjectiveSpec:
     description: str = ""
 
 
+@dataclass
+class ExportedModel:
+    """A trained model as an exporter receives it (and as pretextual loads an export back).
+
+    ``encoder`` is the BertModel in eval mode, on the CPU, in float32. ``heads``
+    holds each pretraining head's tensors by head name, keyed as in the head's
+    own state dict (``heads["mlm"]["transform.dense.weight"]``); weights tied to
+    the encoder (the MLM decoder) are not repeated. ``tokenizer`` is a
+    ``tokenizers.Tokenizer`` that adds [CLS]/[SEP] as the model was trained.
+    ``metadata`` is str -> str: ``pretextual_version``, ``trained_with``,
+    ``objectives`` and ``heads`` (comma-separated), ``step``.
+    """
+
+    encoder: BertModel
+    heads: dict[str, dict[str, torch.Tensor]]
+    tokenizer: Any
+    metadata: dict[str, str]
+
+    @property
+    def config(self) -> EncoderConfig:
+        return self.encoder.config
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """The choices of one export, shared by every format selected."""
+
+    with_heads: bool = False
+    """Also write the pretraining heads (only formats registered with ``heads=True``)."""
+    quantize: str | None = None
+    """A quantization scheme such as ``"int8"`` (only formats that list it in ``quantize``)."""
+
+
+@dataclass
+class ExportSummary:
+    """What an exporter reports: the files it wrote (relative to the export
+    directory), its numbers (kept in export.json) and lines for the user."""
+
+    files: list[str]
+    metrics: dict[str, float | int | str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class ExporterSpec:
-    """What a plugin registers to write a trained model in some format."""
+    """What a plugin registers to write a trained model in some format.
+
+    ``export(model, out_dir, options)`` writes the format's files into
+    ``out_dir`` and returns an :class:`ExportSummary`. It must check its own
+    output (reload it, compare with ``model.encoder``) and raise
+    ``pretextual.PretextualError`` with the numbers when the check fails. The
+    core has already written config.json and the tokenizer files there, and
+    writes everything into a temporary directory it renames when every format
+    has succeeded, so an exporter never needs to clean up after a failure.
+
+    ``heads`` says the format can write the pretraining heads (``--with-heads``);
+    ``quantize`` lists the schemes it accepts in ``options.quantize``. The core
+    refuses an option that no selected format supports.
+    """
 
     name: str
-    export: Callable[..., Any]
+    export: Callable[[ExportedModel, Path, ExportOptions], ExportSummary]
     description: str = ""
+    heads: bool = False
+    quantize: tuple[str, ...] = ()

@@ -17,7 +17,8 @@ Plugins may read ``trainer.step``, ``trainer.cfg`` (the resolved config),
 ``trainer.scheduler.base_lrs`` to change the learning rate from the next step on),
 ``trainer.mix`` (the objective mix) and ``trainer.out`` (the run directory), and set
 ``trainer.should_stop = True`` to end training after the current step (a final
-evaluation and checkpoint still happen).
+evaluation and checkpoint still happen). In a distributed run the training hooks run on
+the main process only; ``should_stop`` set there stops every process.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def pretextual_on_step_end(step: int, metrics: dict[str, float], trainer: Any) -
     ``step`` counts optimizer steps from 1. ``metrics`` is the line just written to
     ``metrics.jsonl``: ``loss``, ``loss/<objective>`` (and ``loss/<objective>.<aux>``),
     ``<objective>/<metric>``, ``weight/<objective>``, ``lr``, ``tokens``,
-    ``tokens_per_s``. Set ``trainer.should_stop = True`` to stop early.
+    ``tokens_per_s``, and ``skipped: 1`` when the step's batch was skipped for a
+    non-finite loss. Set ``trainer.should_stop = True`` to stop early.
     """
 
 

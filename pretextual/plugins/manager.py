@@ -13,6 +13,7 @@ import difflib
 import importlib
 import importlib.metadata
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,7 +120,7 @@ class Plugins:
             dist = ep.dist.name if ep.dist else ""
             installed.append(ep.name)
             if allow is not None:
-                names = allow & {ep.name, dist, _normalize(dist)}
+                names = {n for n in allow if n == ep.name or _normalize(n) == _normalize(dist)}
                 if not names:
                     continue
                 matched |= names
@@ -215,7 +216,7 @@ class Plugins:
                 getattr(info, kind + "s").append(spec.name)
         return True
 
-    def disable(self, plugin_name: str, hook_name: str, exc: Exception) -> None:
+    def _disable(self, plugin_name: str, hook_name: str, exc: Exception) -> None:
         """Unregister a plugin whose hook raised (or raise PluginError in strict mode)."""
         info = self.info.get(plugin_name, PluginInfo(plugin_name, "", ""))
         message = f"{info.label()} failed in {hook_name}: {_describe(exc)}"
@@ -263,7 +264,7 @@ class IsolatedHooks:
                 try:
                     result = impl.function(*args)
                 except Exception as exc:
-                    self._plugins.disable(impl.plugin_name, hook_name, exc)
+                    self._plugins._disable(impl.plugin_name, hook_name, exc)
                     continue
                 if result is not None:
                     results.append(result)
@@ -277,7 +278,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def _normalize(dist: str) -> str:
-    return dist.lower().replace("_", "-").replace(".", "-")
+    """A distribution name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", dist).lower()
 
 
 def _distribution_of(module: str) -> str:

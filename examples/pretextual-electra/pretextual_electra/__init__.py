@@ -1,0 +1,1 @@
+"""ELECTRA's replaced-token detection for pretextual; the objective lives in ``pretextual_electra.rtd``."""
