@@ -1,14 +1,16 @@
 """pretextual: pretrain BERT-style text encoders from a weighted mix of pluggable objectives."""
 
 from pretextual.errors import CheckpointError, ConfigError, DataError, PluginError, PretextualError
-from pretextual.plugins.api import (BuildContext, ExporterSpec, Objective, ObjectiveOutput,
-                                    ObjectiveSpec, StepInputs, Vocab)
+from pretextual.plugins.api import (BuildContext, ExportedModel, ExporterSpec, ExportOptions,
+                                    ExportSummary, Objective, ObjectiveOutput, ObjectiveSpec,
+                                    StepInputs, Vocab)
 from pretextual.plugins.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BuildContext", "CheckpointError", "ConfigError", "DataError", "ExporterSpec", "Objective",
+    "BuildContext", "CheckpointError", "ConfigError", "DataError", "ExportedModel", "ExporterSpec",
+    "ExportOptions", "ExportSummary", "Objective",
     "ObjectiveOutput", "ObjectiveSpec", "PluginError", "PretextualError", "StepInputs", "Vocab",
     "hookimpl", "__version__",
 ]

@@ -104,6 +104,8 @@ class TrainerConfig:
     """Seed of initialisation, data order, masking and dropout."""
     output_dir: str = "runs/latest"
     """Run directory: metrics.jsonl, checkpoints, tokenizer, config."""
+    export: Optional[str] = "safetensors,onnx"
+    """Formats the final checkpoint is exported to in <output_dir>/export, comma-separated ('' turns it off)."""
     fsdp: bool = False
     """Under torchrun, shard parameters, gradients and optimizer state over processes (FSDP2) instead of replicating them (DDP)."""
     nonfinite: str = "stop"

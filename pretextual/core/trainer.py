@@ -352,4 +352,8 @@ class Trainer:
             if self.step % t.checkpoint_every == 0 or done:
                 self.save()
         bar.close()
+        if t.export and self.world.is_main:
+            from pretextual.exporters import export_checkpoint
+            export_checkpoint(self.out / "checkpoints" / f"step-{self.step:07d}", self.out / "export",
+                              t.export, force=True, plugins=self.plugins, log=self.log)
         return last_eval

@@ -131,3 +131,12 @@ def test_an_existing_tokenizer_is_used_as_is(tiny_config, tmp_path):
     Trainer(second, log=messages.append).train()
     assert not any("training a WordPiece tokenizer" in m for m in messages)
     assert (tmp_path / "second" / "tokenizer.json").read_text() == saved.read_text()
+
+
+def test_training_exports_the_final_encoder(tiny_config, tmp_path):
+    cfg = tiny_config("roberta", "trainer.export=safetensors,onnx", steps=2)
+    Trainer(cfg, log=lambda *_: None).train()
+    export = tmp_path / "run" / "export"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "model.onnx"):
+        assert (export / name).is_file(), name
+    assert json.loads((export / "config.json").read_text())["model_type"] == "bert"

@@ -1,0 +1,159 @@
+"""Exporting a checkpoint: every selected format into one directory, all or nothing.
+
+The directory is built under a temporary name next to the target and renamed
+into place only when every format has been written and has verified itself,
+so an existing export is never half-overwritten and a failed export leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pretextual.errors import PluginError, PretextualError
+from pretextual.exporters.hf import architecture, config_json, hf_counterpart, tokenizer_files
+from pretextual.exporters.load import CONFIG_FILE
+from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
+from pretextual.plugins.api import ExportedModel, ExporterSpec, ExportOptions, ExportSummary
+
+MANIFEST_FILE = "export.json"
+DEFAULT_FORMATS = ("safetensors", "onnx")
+
+
+@dataclass
+class ExportReport:
+    """What export_checkpoint did: where, from which checkpoint, and each format's summary."""
+
+    out_dir: Path
+    checkpoint: Path
+    step: int
+    objectives: str
+    summaries: dict[str, ExportSummary] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        """The summary printed to the user."""
+        lines = [f"exported step {self.step} of {self.checkpoint} (objectives: {self.objectives}) "
+                 f"to {self.out_dir}"]
+        for name, summary in self.summaries.items():
+            lines.append(f"  {name} ({self.seconds[name]:.1f} s): {', '.join(summary.files)}")
+            lines += [f"    {line}" for line in summary.lines]
+        return lines
+
+
+def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
+                      formats: str | Sequence[str] = DEFAULT_FORMATS, *, with_heads: bool = False,
+                      quantize: str | None = None, force: bool = False, plugins=None,
+                      log: Callable[[str], None] = print) -> ExportReport:
+    """Export a checkpoint (or a run directory's newest checkpoint) to ``out_dir``
+    in each of ``formats`` (names of registered exporters, or one comma-separated string).
+
+    ``out_dir`` gets config.json and the tokenizer files, each format's files and
+    export.json (the summary, with every verification number). An existing
+    non-empty ``out_dir`` is replaced only with ``force``, and only once the new
+    export is complete. Raises PretextualError (CheckpointError, PluginError)
+    with one line for a bad checkpoint, directory, format or option.
+    """
+    if plugins is None:
+        from pretextual.plugins.manager import Plugins
+        plugins = Plugins()
+    if isinstance(formats, str):
+        formats = formats.split(",")
+    specs = [plugins.exporter(name) for name in dict.fromkeys(f.strip() for f in formats if f.strip())]
+    if not specs:
+        raise PretextualError("export: no format selected (e.g. --format safetensors,onnx)")
+    _check_options(specs, with_heads, quantize, plugins)
+    ckpt = find_checkpoint(checkpoint)
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir, ckpt.path, force)
+    model = load_checkpoint_model(ckpt)
+    options = ExportOptions(with_heads=with_heads, quantize=quantize)
+    report = ExportReport(out_dir, ckpt.path, ckpt.step, model.metadata["objectives"])
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        written = set(write_common_files(model, tmp, with_heads))
+        for spec in specs:
+            start = time.perf_counter()
+            summary = spec.export(model, tmp, options)
+            report.seconds[spec.name] = time.perf_counter() - start
+            clash = written & set(summary.files)
+            if clash:
+                raise PluginError(f"exporter {spec.name!r} wrote {', '.join(sorted(clash))}, "
+                                  f"which another format already wrote")
+            written |= set(summary.files)
+            report.summaries[spec.name] = summary
+        manifest = {"checkpoint": str(ckpt.path.resolve()), **model.metadata,
+                    "options": asdict(options),
+                    "formats": {n: {"files": s.files, "metrics": s.metrics}
+                                for n, s in report.summaries.items()}}
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+        _apply_umask(tmp)
+        _move_into_place(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for line in report.lines():
+        log(line)
+    return report
+
+
+def write_common_files(model: ExportedModel, out_dir: Path, with_heads: bool) -> list[str]:
+    """config.json and the tokenizer files, which every format's consumers read."""
+    hf_heads = {name for name, t in model.heads.items() if hf_counterpart(name, t, model.config)}
+    files = {CONFIG_FILE: json.dumps(config_json(model.config, architecture(
+                 hf_heads if with_heads else set())), indent=2),
+             **tokenizer_files(model.tokenizer, model.config.max_position_embeddings)}
+    for name, text in files.items():
+        (out_dir / name).write_text(text, encoding="utf-8")
+    return list(files)
+
+
+def _check_options(specs: list[ExporterSpec], with_heads: bool, quantize: str | None, plugins) -> None:
+    names = ", ".join(s.name for s in specs)
+    if with_heads and not any(s.heads for s in specs):
+        able = sorted(n for n, s in plugins.exporters.items() if s.heads)
+        raise PretextualError(f"--with-heads: none of the selected formats ({names}) writes heads "
+                              f"(formats that do: {', '.join(able) or 'none'})")
+    if quantize and not any(quantize in s.quantize for s in specs):
+        able = sorted(n for n, s in plugins.exporters.items() if quantize in s.quantize)
+        raise PretextualError(f"--quantize {quantize}: none of the selected formats ({names}) "
+                              f"supports it (formats that do: {', '.join(able) or 'none'})")
+
+
+def _check_out_dir(out_dir: Path, checkpoint: Path, force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PretextualError(f"{out_dir}: exists and is not a directory")
+    target, source = out_dir.resolve(), checkpoint.resolve()
+    if target == source or target in source.parents or source in target.parents:
+        raise PretextualError(f"{out_dir}: holds or is inside the checkpoint being exported; "
+                              f"choose another --out")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise PretextualError(f"{out_dir}: exists and is not empty; pass --force to replace it")
+
+
+def _apply_umask(directory: Path) -> None:
+    # mkdtemp and safetensors create owner-only modes; an export is meant to be shared.
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [directory, *directory.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+def _move_into_place(tmp: Path, out_dir: Path) -> None:
+    """Rename the finished export over ``out_dir``; an old one is removed only after."""
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+    os.replace(out_dir, old / out_dir.name)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,77 @@
+"""Loading an export back into pretextual: config.json, safetensors and tokenizer.json, no pickle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from tokenizers import Tokenizer
+
+from pretextual.errors import CheckpointError
+from pretextual.exporters.hf import ENCODER_PREFIX, HF_HEADS, encoder_config_from_json
+from pretextual.exporters.source import TOKENIZER_FILE, build_encoder, read_tensors
+from pretextual.plugins.api import ExportedModel
+
+CONFIG_FILE = "config.json"
+MODEL_FILE = "model.safetensors"
+HEADS_FILE = "pretextual_heads.safetensors"
+"""Heads with no Hugging Face counterpart (SOP, third-party), keyed ``<head>.<tensor>``."""
+
+# Hugging Face ties these to other tensors; a checkpoint saved by transformers may still hold them.
+_TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+
+
+def from_pretrained(path: str | Path) -> ExportedModel:
+    """Load a directory written by ``pretextual export`` (or a Hugging Face BERT
+    directory with config.json, model.safetensors and tokenizer.json): the
+    encoder, every head's tensors under pretextual's names, the tokenizer and
+    the metadata. CheckpointError names the file that is missing or wrong."""
+    path = Path(path)
+    config_file = path / CONFIG_FILE
+    if not config_file.is_file():
+        raise CheckpointError(f"{config_file}: missing (not an export directory)")
+    try:
+        config = encoder_config_from_json(json.loads(config_file.read_text()))
+    except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError is a ValueError
+        raise CheckpointError(f"{config_file}: not a BERT config ({exc})") from None
+    model_file = path / MODEL_FILE
+    if not model_file.is_file():
+        raise CheckpointError(f"{model_file}: missing")
+    tensors = read_tensors(model_file)
+    encoder_state, heads = _split(tensors, model_file)
+    heads_file = path / HEADS_FILE
+    if heads_file.is_file():
+        for key, value in read_tensors(heads_file).items():
+            name, _, rest = key.partition(".")
+            heads.setdefault(name, {})[rest] = value
+    encoder = build_encoder(config, encoder_state, model_file)
+    tokenizer_file = path / TOKENIZER_FILE
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    except Exception as exc:  # tokenizers raises a bare Exception for a missing or bad file
+        raise CheckpointError(f"{tokenizer_file}: not a tokenizers JSON file ({exc})") from None
+    with safe_open(str(model_file), "pt") as f:
+        metadata = {k: v for k, v in (f.metadata() or {}).items() if k != "format"}
+    metadata["heads"] = ",".join(sorted(heads))  # each file lists only its own
+    return ExportedModel(encoder=encoder, heads=heads, tokenizer=tokenizer, metadata=metadata)
+
+
+def _split(tensors: dict[str, torch.Tensor], file: Path
+           ) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+    """Encoder state and heads of a file keyed as BertModel, or as BertForPreTraining."""
+    if not any(k.startswith(ENCODER_PREFIX) for k in tensors):
+        return tensors, {}
+    encoder, heads = {}, {}
+    for key, value in tensors.items():
+        if key.startswith(ENCODER_PREFIX):
+            encoder[key[len(ENCODER_PREFIX):]] = value
+            continue
+        if key in _TIED:
+            continue
+        name = next((n for n, (prefix, _) in HF_HEADS.items() if key.startswith(prefix)), None)
+        if name is None:
+            raise CheckpointError(f"{file}: unexpected tensor {key!r}")
+        heads.setdefault(name, {})[key[len(HF_HEADS[name][0]):]] = value
+    return encoder, heads

@@ -1,0 +1,151 @@
+"""The safetensors export through Hugging Face transformers: loads with no missing encoder
+weight, same hidden states, same tokens, heads under Hugging Face's names, fine-tunes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from export_helpers import TEXTS_A, TEXTS_B, padded_batch, reference_model, run_tokenizer
+
+pytest.importorskip("transformers")
+from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining,  # noqa: E402
+                          AutoModelForSequenceClassification, AutoTokenizer, pipeline)
+
+HIDDEN_TOLERANCE = 1e-5
+HEADS_TOLERANCE = 1e-4  # logits over the vocabulary are larger numbers than hidden states
+
+
+def batches(run_dir):
+    """The two padded test batches (singles and pairs), shapes [3, n] and [5, m]."""
+    pad = reference_model(run_dir).bert.config.pad_token_id
+    return [padded_batch(run_tokenizer(run_dir), texts, pad) for texts in (TEXTS_A, TEXTS_B)]
+
+
+def test_layout_and_metadata(encoder_export, mlm_run):
+    config = json.loads((encoder_export / "config.json").read_text())
+    assert config["model_type"] == "bert" and config["architectures"] == ["BertModel"]
+    assert config["hidden_size"] == 128 and config["num_hidden_layers"] == 2
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+                 "model.safetensors", "export.json"):
+        assert (encoder_export / name).is_file(), name
+    with safe_open(str(encoder_export / "model.safetensors"), "pt") as f:
+        keys, metadata = set(f.keys()), f.metadata()
+    assert keys == set(reference_model(mlm_run).bert.state_dict())
+    assert metadata["format"] == "pt" and metadata["step"] == "3"
+    assert metadata["objectives"] == "mlm" and metadata["pretextual_version"]
+    assert all(isinstance(v, str) for v in metadata.values())
+
+
+def test_autotokenizer_encodes_as_pretextual(encoder_export, mlm_run):
+    theirs = AutoTokenizer.from_pretrained(encoder_export)
+    ours = run_tokenizer(mlm_run)
+    cls, sep = ours.token_to_id("[CLS]"), ours.token_to_id("[SEP]")
+    a, b = "The Boat sees the river bank.", "A guard follows the king."
+    ids_a, ids_b = ours.encode(a, add_special_tokens=False).ids, ours.encode(b, add_special_tokens=False).ids
+    assert theirs(a)["input_ids"] == [cls, *ids_a, sep]
+    pair = theirs(a, b)
+    assert pair["input_ids"] == [cls, *ids_a, sep, *ids_b, sep]
+    assert pair["token_type_ids"] == [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
+    assert theirs.pad_token_id == 0 and theirs.mask_token == "[MASK]"
+
+
+def test_automodel_loads_every_encoder_weight_and_matches(encoder_export, mlm_run):
+    model, info = AutoModel.from_pretrained(encoder_export, output_loading_info=True)
+    assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
+    ours = reference_model(mlm_run).bert
+    shapes = set()
+    for batch in batches(mlm_run):
+        assert (batch["attention_mask"] == 0).any() and (batch["token_type_ids"] == 1).any()
+        shapes.add(tuple(batch["input_ids"].shape))
+        with torch.no_grad():
+            theirs, expected = model(**batch), ours(**batch)
+        assert (theirs.last_hidden_state - expected.last_hidden_state).abs().max() <= HIDDEN_TOLERANCE
+        assert (theirs.pooler_output - expected.pooler_output).abs().max() <= HIDDEN_TOLERANCE
+    assert len(shapes) == 2
+
+
+def test_sequence_classification_loads_encoder_and_fine_tunes(encoder_export):
+    model, info = AutoModelForSequenceClassification.from_pretrained(
+        encoder_export, num_labels=2, output_loading_info=True)
+    assert info["missing_keys"] == {"classifier.weight", "classifier.bias"}  # the new head only
+    tokenizer = AutoTokenizer.from_pretrained(encoder_export)
+    river = "water boat fish bank stream bridge current shore".split()
+    castle = "tower wall gate king guard moat stone knight".split()
+    texts = [" ".join(words[i:] + words[:i]) for words in (river, castle) for i in range(8)]
+    labels = torch.tensor([0] * 8 + [1] * 8)
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train()
+    losses = []
+    for _ in range(12):
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_with_heads_mlm_logits_and_fill_mask(full_export, mlm_run):
+    out, _ = full_export
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+    ours = reference_model(mlm_run)
+    masked_lm, info = AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert info["missing_keys"] == set()
+    pretraining, info = AutoModelForPreTraining.from_pretrained(out, output_loading_info=True)
+    assert info["missing_keys"] == {"cls.seq_relationship.weight", "cls.seq_relationship.bias"}  # no NSP
+    for batch in batches(mlm_run):
+        with torch.no_grad():
+            expected = ours.heads["mlm"](ours.bert(**batch).last_hidden_state)
+            assert (masked_lm(**batch).logits - expected).abs().max() <= HEADS_TOLERANCE
+            assert (pretraining(**batch).prediction_logits - expected).abs().max() <= HEADS_TOLERANCE
+
+    fill = pipeline("fill-mask", model=str(out), top_k=3)
+    tokenizer = run_tokenizer(mlm_run)
+    batch = padded_batch(tokenizer, ["The boat sees the [MASK] bank."], 0)
+    where = batch["input_ids"][0].tolist().index(tokenizer.token_to_id("[MASK]"))
+    with torch.no_grad():
+        logits = ours.heads["mlm"](ours.bert(**batch).last_hidden_state)[0, where]
+    assert [r["token"] for r in fill("The boat sees the [MASK] bank.")] == logits.topk(3).indices.tolist()
+
+
+def test_with_heads_nsp_becomes_seq_relationship(nsp_run, tmp_path):
+    from pretextual.exporters.export import export_checkpoint
+    out = tmp_path / "export"
+    export_checkpoint(nsp_run, out, ["safetensors"], with_heads=True, log=lambda *a: None)
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
+    model, info = AutoModelForPreTraining.from_pretrained(out, output_loading_info=True)
+    assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
+    ours = reference_model(nsp_run)
+    for batch in batches(nsp_run):
+        with torch.no_grad():
+            theirs, encoded = model(**batch), ours.bert(**batch)
+            nsp = ours.heads["nsp"](encoded.pooler_output)
+            mlm = ours.heads["mlm"](encoded.last_hidden_state)
+        assert (theirs.seq_relationship_logits - nsp).abs().max() <= HIDDEN_TOLERANCE
+        assert (theirs.prediction_logits - mlm).abs().max() <= HEADS_TOLERANCE
+    assert not (out / "pretextual_heads.safetensors").exists()
+
+
+def test_a_bpe_tokenizer_is_exported_for_autotokenizer(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from pretextual.core.tokenizer import SPECIAL_TOKENS
+    from pretextual.exporters.hf import tokenizer_files, with_post_processor
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    bpe.train_from_iterator(["the boat sees the river bank"] * 20, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    files = tokenizer_files(with_post_processor(bpe), 64)
+    assert "vocab.txt" not in files  # WordPiece only
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    theirs = AutoTokenizer.from_pretrained(tmp_path)
+    ids = bpe.encode("the river", add_special_tokens=False).ids
+    assert theirs("the river")["input_ids"] == [bpe.token_to_id("[CLS]"), *ids, bpe.token_to_id("[SEP]")]
+    assert theirs.mask_token == "[MASK]" and theirs.model_max_length == 64
