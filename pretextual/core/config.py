@@ -106,6 +106,8 @@ class TrainerConfig:
     """Run directory: metrics.jsonl, checkpoints, tokenizer, config."""
     export: Optional[str] = "safetensors,onnx"
     """Formats the final checkpoint is exported to in <output_dir>/export, comma-separated ('' turns it off)."""
+    plot: bool = True
+    """Write <output_dir>/metrics.png (loss and eval curves) at the end of training when matplotlib is installed."""
     fsdp: bool = False
     """Under torchrun, shard parameters, gradients and optimizer state over processes (FSDP2) instead of replicating them (DDP)."""
     nonfinite: str = "stop"

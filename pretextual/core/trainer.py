@@ -139,6 +139,8 @@ class Trainer:
             eps=t.adam_eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step = 0
+        # "time" in metrics.jsonl: seconds since the run started, continued across resumes.
+        self._started, self._time_offset = time.perf_counter(), 0.0
 
     def _lr_factor(self, step: int) -> float:
         t = self.cfg.trainer
@@ -229,6 +231,7 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.bf16)
 
     def _write_metrics(self, record: dict) -> None:
+        record["time"] = round(self._time_offset + time.perf_counter() - self._started, 3)
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -245,6 +248,7 @@ class Trainer:
             lines = [l for l in metrics.read_text().splitlines()
                      if json.loads(l).get("step", 0) <= self.step]
             metrics.write_text("".join(l + "\n" for l in lines))
+            self._time_offset = max((json.loads(l).get("time", 0.0) for l in lines), default=0.0)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -347,8 +351,11 @@ class Trainer:
             if (t.eval_every and self.step % t.eval_every == 0) or done:
                 last_eval = self.evaluate()  # on every process (FSDP needs all to take part)
                 if last_eval and self.world.is_main:
-                    self._write_metrics({"step": self.step, **last_eval})
-                    self.plugins.hook.pretextual_on_eval(step=self.step, metrics=last_eval, trainer=self)
+                    record = {"step": self.step, **last_eval}
+                    self._write_metrics(record)
+                    self.plugins.hook.pretextual_on_eval(
+                        step=self.step, metrics={k: v for k, v in record.items() if k != "step"},
+                        trainer=self)
             if self.step % t.checkpoint_every == 0 or done:
                 self.save()
         bar.close()
@@ -356,4 +363,7 @@ class Trainer:
             from pretextual.exporters import export_checkpoint
             export_checkpoint(self.out / "checkpoints" / f"step-{self.step:07d}", self.out / "export",
                               t.export, force=True, plugins=self.plugins, log=self.log)
+        if t.plot and self.world.is_main:
+            from pretextual.analysis.plot import plot_run_if_possible
+            plot_run_if_possible(self.out, log=self.log)
         return last_eval

@@ -38,6 +38,7 @@ BUILTIN_PLUGINS = (
     "pretextual.objectives.sop",
     "pretextual.exporters.safetensors",
     "pretextual.exporters.onnx",
+    "pretextual.analysis.tensorboard",  # does nothing unless tensorboard is installed
 )
 
 # Registration hooks: the kind of thing each registers and the spec class it must be.

@@ -1,0 +1,63 @@
+"""Optional TensorBoard logging, as a plugin on the training hooks.
+
+When the ``tensorboard`` package is installed, every metrics.jsonl line (steps and
+evaluations) also goes to ``torch.utils.tensorboard.SummaryWriter`` in
+``<run dir>/tensorboard/``, one scalar per key at the line's step; the writer is flushed
+at each checkpoint and closed at the last one. Without tensorboard these hooks do nothing.
+View with ``tensorboard --logdir runs``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from pretextual.plugins.hookspecs import hookimpl
+
+LOG_DIR = "tensorboard"
+AVAILABLE = importlib.util.find_spec("tensorboard") is not None
+_writers: dict[Path, Any] = {}  # one open writer per run directory
+
+
+def _open_writer(path: Path):
+    from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when used
+    return SummaryWriter(log_dir=str(path))
+
+
+def _writer(trainer) -> Any:
+    path = Path(trainer.out) / LOG_DIR
+    if path not in _writers:
+        _writers[path] = _open_writer(path)
+    return _writers[path]
+
+
+def _add_scalars(step: int, metrics: dict, trainer) -> None:
+    if not AVAILABLE:
+        return
+    writer = _writer(trainer)
+    for key, value in metrics.items():
+        if key != "step" and isinstance(value, (int, float)):
+            writer.add_scalar(key, value, global_step=step)
+
+
+@hookimpl
+def pretextual_on_step_end(step, metrics, trainer):
+    _add_scalars(step, metrics, trainer)
+
+
+@hookimpl
+def pretextual_on_eval(step, metrics, trainer):
+    _add_scalars(step, metrics, trainer)
+
+
+@hookimpl
+def pretextual_on_checkpoint(step, trainer):
+    writer = _writers.get(Path(trainer.out) / LOG_DIR)
+    if writer is None:
+        return
+    if step >= trainer.cfg.trainer.max_steps or trainer.should_stop:  # the run's last checkpoint
+        writer.close()
+        del _writers[Path(trainer.out) / LOG_DIR]
+    else:
+        writer.flush()

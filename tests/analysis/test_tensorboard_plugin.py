@@ -1,0 +1,67 @@
+"""The TensorBoard plugin: every metrics.jsonl line becomes scalars at its step, the writer
+is flushed at checkpoints and closed at the last; without tensorboard it does nothing."""
+
+import pytest
+
+from analysis_helpers import read_lines
+from pretextual.analysis import tensorboard
+from pretextual.core.trainer import Trainer
+from pretextual.plugins.manager import Plugins
+
+
+class FakeWriter:
+    """Records what a SummaryWriter is asked to do."""
+
+    def __init__(self, path):
+        self.path, self.scalars, self.flushes, self.closed = path, [], 0, False
+
+    def add_scalar(self, tag, value, global_step):
+        self.scalars.append((global_step, tag, value))
+
+    def flush(self):
+        self.flushes += 1
+
+    def close(self):
+        self.closed = True
+
+
+def train_with_plugin(tiny_config, tmp_path):
+    plugins = Plugins()
+    plugins.register(tensorboard, name="tensorboard")
+    cfg = tiny_config("roberta", "trainer.eval_every=2", "trainer.checkpoint_every=2", steps=4)
+    Trainer(cfg, plugins, log=lambda *_: None).train()
+    return tmp_path / "run"
+
+
+def test_every_metrics_line_goes_to_the_writer(tiny_config, tmp_path, monkeypatch):
+    writers = []
+    monkeypatch.setattr(tensorboard, "AVAILABLE", True)
+    monkeypatch.setattr(tensorboard, "_open_writer", lambda path: writers.append(FakeWriter(path))
+                        or writers[-1])
+    run = train_with_plugin(tiny_config, tmp_path)
+    (writer,) = writers
+    assert writer.path == run / "tensorboard"
+    expected = [(line["step"], key, value) for line in read_lines(run)
+                for key, value in line.items() if key != "step"]
+    assert writer.scalars == expected
+    assert (writer.flushes, writer.closed) == (1, True)  # flushed at step 2, closed at step 4
+    assert not tensorboard._writers
+
+
+def test_without_tensorboard_nothing_is_written(tiny_config, tmp_path, monkeypatch):
+    monkeypatch.setattr(tensorboard, "AVAILABLE", False)
+    run = train_with_plugin(tiny_config, tmp_path)
+    assert not (run / "tensorboard").exists()
+
+
+def test_tensorboard_reads_back_the_metrics(tiny_config, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run = train_with_plugin(tiny_config, tmp_path)
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    lines = read_lines(run)
+    for key in ("loss/mlm", "lr", "tokens", "eval/mlm/accuracy"):
+        logged = [(l["step"], l[key]) for l in lines if key in l]
+        assert [(e.step, e.value) for e in events.Scalars(key)] == \
+            [(s, pytest.approx(v, rel=1e-6)) for s, v in logged]
