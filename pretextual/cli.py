@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from pretextual.errors import PretextualError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 def _split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
@@ -16,7 +20,7 @@ def _split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
     return None, args
 
 
-def _load(args) -> "DictConfig":  # noqa: F821
+def _load(args) -> DictConfig:
     from pretextual.core.config import load_config
     source, overrides = _split_config_args(args.args)
     return load_config(source, overrides)

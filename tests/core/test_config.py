@@ -1,7 +1,5 @@
 """Config: recipes, overrides, and one clear line for every mistake a user can make."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -16,7 +16,6 @@ from safetensors.torch import load_file
 from pretextual.core.checkpoint import list_checkpoints
 from pretextual.core.trainer import Trainer
 from pretextual.errors import CheckpointError, TrainingError
-from pretextual.plugins.manager import Plugins
 from run_helpers import tiny_overrides
 
 STEPS = 30
