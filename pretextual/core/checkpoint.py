@@ -101,6 +101,9 @@ def save_checkpoint(directory: Path, step: int, model_state: dict[str, torch.Ten
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+    except OSError as exc:  # a full disk or a quota: the earlier checkpoints are untouched
+        raise CheckpointError(f"{final}: cannot write the checkpoint ({exc.strerror}); the earlier "
+                              f"checkpoints in {directory} are kept") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

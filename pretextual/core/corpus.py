@@ -4,6 +4,11 @@ Formats: text files as Google's BERT reads them (one sentence or paragraph per
 line, a blank line between documents), ``.jsonl`` with a text field (one
 document per line), or a directory or glob of these. ``embedded`` is a corpus
 made of text that ships with every Python install, so training works offline.
+
+Files are read a line at a time (``iter_documents``), whole or in the byte
+ranges ``document_boundary`` cuts for ``pretextual prepare``'s workers, so
+memory holds a document, never a file; ``read_corpus`` collects every document
+of a corpus that fits in memory.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from pretextual.errors import DataError
 
@@ -58,58 +64,182 @@ class Document:
     source: str
 
 
-def _paragraphs_to_sentences(lines: list[str]) -> list[str]:
-    return [s for line in lines for s in split_sentences(" ".join(line.split()))]
+# Bounds that keep reading flat in memory whatever the file: a line is read in pieces
+# of at most LINE_PIECE_BYTES (cut at whitespace), and a document is cut once it holds
+# MAX_DOCUMENT_BYTES of text (BookCorpus-sized books stay whole; a 100 MB line does not).
+LINE_PIECE_BYTES = 1 << 20
+MAX_DOCUMENT_BYTES = 4 << 20
+# How far past a split point prepare looks for a blank line to split a file at.
+BOUNDARY_SEARCH_BYTES = 4 << 20
+_WHITESPACE = b" \t\r\f\v\n"
+_BLANK_LINE = re.compile(rb"\n[ \t\r\f\v]*\n")
 
 
-def _read_text(path: Path) -> str:
+def _open(path: Path):
     try:
-        data = path.read_bytes()
+        return open(path, "rb")
     except PermissionError:
         raise DataError(f"{path}: permission denied") from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _decode(raw: bytes, path: Path, offset: int) -> str:
+    """UTF-8 text of the bytes read at ``offset``; binary or mis-encoded bytes are a DataError."""
     try:
-        return data.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                        f"{exc.start})") from None
+        raise DataError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                        f"{offset + exc.start})") from None
+    nul = raw.find(0)
+    if nul >= 0:  # valid UTF-8, but text never holds NUL: a binary file or UTF-16 text
+        raise DataError(f"{path}: a binary file, not text (NUL byte at offset {offset + nul}; "
+                        f"UTF-16 text must be converted to UTF-8)")
+    return text
 
 
-def _read_txt(path: Path) -> list[Document]:
-    docs, lines = [], []
-    for line in _read_text(path).splitlines() + [""]:
-        if line.strip():
-            lines.append(line)
-        elif lines:
-            docs.append(Document(_paragraphs_to_sentences(lines), str(path)))
-            lines = []
-    return docs
+def _complete_utf8(raw: bytes) -> int:
+    """Length of ``raw`` without a trailing, incomplete UTF-8 character."""
+    lead = len(raw) - 1
+    while lead > 0 and len(raw) - lead < 4 and raw[lead] & 0xC0 == 0x80:
+        lead -= 1
+    byte = raw[lead]
+    size = 4 if byte >= 0xF0 else 3 if byte >= 0xE0 else 2 if byte >= 0xC0 else 1
+    return lead if lead + size > len(raw) else len(raw)
 
 
-def _read_jsonl(path: Path, text_field: str) -> list[Document]:
-    docs = []
-    for number, line in enumerate(_read_text(path).splitlines(), 1):
+def _cut_piece(raw: bytes) -> bytes:
+    """A piece of an over-long line, cut after its last whitespace (or at a character boundary)."""
+    cut = max(raw.rfind(byte) for byte in _WHITESPACE)
+    return raw[:cut + 1] if cut > 0 else raw[:_complete_utf8(raw) or len(raw)]
+
+
+def _text_pieces(f, path: Path, start: int, end: int | None) -> Iterator[str]:
+    """Each line between byte offsets ``start`` and ``end``, a line longer than
+    LINE_PIECE_BYTES in several pieces, so no line is ever held whole."""
+    pos = start
+    f.seek(start)
+    while end is None or pos < end:
+        limit = LINE_PIECE_BYTES if end is None else min(LINE_PIECE_BYTES, end - pos)
+        raw = f.readline(limit)
+        if not raw:
+            return
+        if len(raw) == LINE_PIECE_BYTES and not raw.endswith(b"\n"):
+            raw = _cut_piece(raw)
+            f.seek(pos + len(raw))
+        yield _decode(raw, path, pos)
+        pos += len(raw)
+
+
+def _text_documents(f, path: Path, start: int, end: int | None) -> Iterator[Document]:
+    sentences: list[str] = []
+    size = 0
+    for piece in _text_pieces(f, path, start, end):
+        for line in piece.splitlines() or [""]:
+            if line.strip():
+                sentences.extend(split_sentences(" ".join(line.split())))
+                size += len(line)
+                if size < MAX_DOCUMENT_BYTES:
+                    continue
+            if sentences:  # a blank line, or a document grown past MAX_DOCUMENT_BYTES
+                yield Document(sentences, str(path))
+            sentences, size = [], 0
+    if sentences:
+        yield Document(sentences, str(path))
+
+
+def _line_number(path: Path, offset: int) -> int:
+    """1-based number of the line holding byte ``offset`` (read only when a message needs it)."""
+    count = 1
+    with open(path, "rb") as f:
+        while offset > 0:
+            block = f.read(min(offset, 1 << 20))
+            if not block:
+                break
+            count += block.count(b"\n")
+            offset -= len(block)
+    return count
+
+
+def _jsonl_documents(f, path: Path, text_field: str, start: int, end: int | None
+                     ) -> Iterator[Document]:
+    """One document per JSON line (a record is parsed whole, so a line is read whole)."""
+    pos = start
+    f.seek(start)
+    while end is None or pos < end:
+        raw = f.readline()
+        if not raw:
+            return
+        line = _decode(raw, path, pos)
+        offset, pos = pos, pos + len(raw)
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            text = record[text_field]
+            text = json.loads(line)[text_field]
         except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            raise DataError(f"{path}:{_line_number(path, offset)}: not valid JSON ({exc.msg})") from None
         except (KeyError, TypeError):
-            raise DataError(f"{path}:{number}: no {text_field!r} field (set data.text_field)") from None
-        paragraphs = [p for p in str(text).splitlines() if p.strip()]
-        if paragraphs:
-            docs.append(Document(_paragraphs_to_sentences(paragraphs), f"{path}:{number}"))
-    return docs
+            raise DataError(f"{path}:{_line_number(path, offset)}: no {text_field!r} field "
+                            f"(set data.text_field)") from None
+        sentences = [s for p in str(text).splitlines() if p.strip()
+                     for s in split_sentences(" ".join(p.split()))]
+        if sentences:
+            yield Document(sentences, f"{path}@{offset}")
+
+
+def iter_documents(path: str | Path, text_field: str = "text", start: int = 0,
+                   end: int | None = None) -> Iterator[Document]:
+    """The documents of one corpus file, or of its bytes ``[start, end)`` (a range that
+    ``document_boundary`` chose), read a line at a time: memory holds one document,
+    never the file. A text document ends at a blank line or once it reaches
+    MAX_DOCUMENT_BYTES; a ``.jsonl`` line is one document."""
+    path = Path(path)
+    with _open(path) as f:
+        if path.suffix == ".jsonl":
+            yield from _jsonl_documents(f, path, text_field, start, end)
+        else:
+            yield from _text_documents(f, path, start, end)
+
+
+def document_boundary(path: str | Path, offset: int) -> int:
+    """A byte offset at or after ``offset`` where a range of the file may begin: just
+    after a blank line (after a newline in ``.jsonl``) when one comes within
+    BOUNDARY_SEARCH_BYTES, else after a newline or whitespace (cutting a document
+    that is longer than that anyway); the file size when the file ends first."""
+    path = Path(path)
+    with _open(path) as f:
+        f.seek(offset)
+        if path.suffix == ".jsonl":  # a record cannot be split: search as far as it takes
+            pos = offset
+            while block := f.read(1 << 20):
+                newline = block.find(b"\n")
+                if newline >= 0:
+                    return pos + newline + 1
+                pos += len(block)
+            return pos
+        window = f.read(BOUNDARY_SEARCH_BYTES)
+    if len(window) < BOUNDARY_SEARCH_BYTES:
+        found = _BLANK_LINE.search(window)
+        return offset + (found.end() if found else len(window))
+    found = _BLANK_LINE.search(window)
+    if found:
+        return offset + found.end()
+    for byte in _WHITESPACE[::-1]:  # a newline first, then other whitespace
+        at = window.find(byte)
+        if at >= 0:
+            return offset + at + 1
+    return offset + (_complete_utf8(window) or len(window))
 
 
 def corpus_files(spec: str) -> list[Path]:
-    """The files a corpus spec names: a file, a directory (recursively) or a glob."""
+    """The files a corpus spec names: a file, a directory (recursively) or a glob.
+
+    An unreadable directory inside a corpus directory is an error, not skipped."""
     path = Path(spec).expanduser()
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        files = sorted(p for p in _walk(path) if p.suffix in TEXT_SUFFIXES)
         if not files:
             raise DataError(f"data.corpus: {spec} holds no {'/'.join(TEXT_SUFFIXES)} files")
         return files
@@ -124,17 +254,23 @@ def corpus_files(spec: str) -> list[Path]:
     raise DataError(f"data.corpus: no such file or directory: {spec}")
 
 
+def _walk(directory: Path) -> Iterator[Path]:
+    def fail(exc: OSError):
+        reason = "permission denied" if isinstance(exc, PermissionError) else exc.strerror
+        raise DataError(f"data.corpus: cannot list {exc.filename}: {reason}")
+
+    for root, _, names in os.walk(directory, onerror=fail, followlinks=True):
+        for name in names:
+            file = Path(root) / name
+            if file.is_file():
+                yield file
+
+
 def read_corpus(spec: str, text_field: str = "text") -> list[Document]:
     """Read every document of a corpus spec (see the module docstring)."""
     if spec == EMBEDDED:
         return embedded_corpus()
-    docs: list[Document] = []
-    for path in corpus_files(spec):
-        if path.suffix == ".jsonl":
-            docs.extend(_read_jsonl(path, text_field))
-        else:
-            docs.extend(_read_txt(path))
-    docs = [d for d in docs if d.sentences]
+    docs = [d for path in corpus_files(spec) for d in iter_documents(path, text_field)]
     if not docs:
         raise DataError(f"data.corpus: {spec} holds no text")
     return docs

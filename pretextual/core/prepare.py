@@ -1,22 +1,54 @@
-"""Corpus -> tokenizer + tokenized documents, cached so a second run does not tokenize again."""
+"""Corpus -> tokenizer + tokenized documents.
+
+Two ways. ``tokenized_corpus`` reads a corpus that fits in memory, tokenizes it
+and caches the result (safetensors under data.cache_dir), so a second run does
+not tokenize again. For corpora larger than memory, ``pretextual prepare CORPUS
+--out DIR`` (``prepare_corpus``) tokenizes once, in parallel processes, into
+shards of .npy arrays that training memory-maps (``data.prepared=DIR``):
+
+* ``tokenizer.json``: the tokenizer (data.tokenizer, or WordPiece trained on
+  the first ``sample_mb`` MB of the corpus);
+* ``shard-NNNNN.{ids,word_starts,sentence_offsets,document_offsets}.npy``: one
+  chunk of the corpus each (a file, several small files, or a byte range of a
+  large file cut at a blank line); ids are uint16 when the vocabulary allows;
+* ``shard-NNNNN.json``: what the shard was made from, its counts and the sha256
+  of each file, written when the shard is complete;
+* ``manifest.json``: every shard's counts and checksums, written last and
+  atomically. Without it the directory is not a prepared corpus, so a
+  half-written prepare never looks complete; running prepare again keeps every
+  shard whose files verify and tokenizes only the rest.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import multiprocessing
 import os
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
+from typing import Iterator
 
+import numpy as np
 from tokenizers import Tokenizer
 
-from pretextual.core.corpus import corpus_fingerprint, read_corpus
-from pretextual.core.data import TokenizedDocuments
+from pretextual.core.corpus import (EMBEDDED, Document, corpus_files, corpus_fingerprint,
+                                    document_boundary, embedded_corpus, iter_documents, read_corpus)
+from pretextual.core.data import Shard, TokenizedDocuments
 from pretextual.core.tokenizer import load_tokenizer, train_wordpiece
 from pretextual.errors import DataError
 
 CACHE_FORMAT = 1
+PREPARED_FORMAT = 1
+MANIFEST, TOKENIZER_FILE, TOKENIZER_RECIPE = "manifest.json", "tokenizer.json", "tokenizer.recipe.json"
+ENCODE_BATCH_BYTES = 1 << 20  # text per encode_batch call in a worker: bounds its memory
+MB = 1 << 20
 
+
+# --- in memory, cached ----------------------------------------------------------------------
 
 def _cache_key(data_cfg) -> str:
     h = hashlib.sha256(f"v{CACHE_FORMAT}:{corpus_fingerprint(data_cfg.corpus)}:"
@@ -29,14 +61,24 @@ def _cache_key(data_cfg) -> str:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write a temporary file, flush it to disk, rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def tokenized_corpus(data_cfg, log=print) -> tuple[Tokenizer, TokenizedDocuments]:
-    """The run's tokenizer and tokenized documents, from the cache when present."""
+    """The run's tokenizer and tokenized documents: memory-mapped from data.prepared
+    when it is set, else from the cache when present, else read and tokenized."""
+    if data_cfg.prepared:
+        return open_prepared(data_cfg.prepared, data_cfg.tokenizer, log)
     cache = Path(os.path.expanduser(data_cfg.cache_dir)) / _cache_key(data_cfg)
     tokenizer_file, tokens_file = cache / "tokenizer.json", cache / "tokens.safetensors"
     if tokenizer_file.is_file() and tokens_file.is_file():
@@ -61,3 +103,331 @@ def tokenized_corpus(data_cfg, log=print) -> tuple[Tokenizer, TokenizedDocuments
     except OSError as exc:  # a cache we cannot write only costs time
         print(f"pretextual: warning: cannot write cache {cache}: {exc}", file=sys.stderr)
     return tokenizer, tokenized
+
+
+# --- prepared shards: writing ---------------------------------------------------------------
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(MB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _plan(corpus: str, shard_bytes: int) -> list[list[list]]:
+    """The corpus cut into chunks of about ``shard_bytes``: each a list of pieces
+    ``[path, start, end, file size, mtime_ns]``. A large file is cut at document
+    boundaries; small files share a chunk; empty files are left out."""
+    if corpus == EMBEDDED:
+        return [[[EMBEDDED, 0, 0, 0, 0]]]
+    chunks, current, filled = [], [], 0
+    for path in corpus_files(corpus):
+        stat = path.stat()
+        start = 0
+        while start < stat.st_size:
+            end = (stat.st_size if stat.st_size - start <= shard_bytes
+                   else document_boundary(path, start + shard_bytes))
+            if current and filled + end - start > shard_bytes:
+                chunks.append(current)
+                current, filled = [], 0
+            current.append([str(path.resolve()), start, end, stat.st_size, stat.st_mtime_ns])
+            filled += end - start
+            start = end
+    return chunks + [current] if current else chunks
+
+
+def _sample_sentences(corpus: str, text_field: str, limit: int) -> Iterator[str]:
+    """Sentences from the start of the corpus, until ``limit`` characters."""
+    seen = 0
+    documents = (embedded_corpus() if corpus == EMBEDDED else
+                 (d for path in corpus_files(corpus) for d in iter_documents(path, text_field)))
+    for doc in documents:
+        for sentence in doc.sentences:
+            yield sentence
+            seen += len(sentence)
+        if seen >= limit:
+            return
+
+
+def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log) -> Tokenizer:
+    """data.tokenizer, or a WordPiece tokenizer trained on a sample; kept in ``out`` and
+    reused by a re-run with the same recipe (training again could break ties differently)."""
+    if data_cfg.tokenizer:
+        given = load_tokenizer(data_cfg.tokenizer)
+        recipe = {"file": hashlib.sha256(given.to_str().encode()).hexdigest()}
+    else:
+        recipe = {"wordpiece": data_cfg.vocab_size, "lowercase": data_cfg.lowercase,
+                  "sample_bytes": sample_bytes, "corpus": corpus_fingerprint(corpus),
+                  "text_field": data_cfg.text_field}
+    recipe_file, tokenizer_file = out / TOKENIZER_RECIPE, out / TOKENIZER_FILE
+    try:
+        kept = json.loads(recipe_file.read_text())
+        if kept == {**recipe, "sha256": _sha256(tokenizer_file)}:
+            return Tokenizer.from_file(str(tokenizer_file))
+    except Exception:  # no tokenizer yet, or one made otherwise or changed since: make it
+        pass
+    if data_cfg.tokenizer:
+        tokenizer = given
+    else:
+        log(f"training a WordPiece tokenizer (vocab {data_cfg.vocab_size}) on the first "
+            f"{sample_bytes / MB:.3g} MB of {corpus}")
+        tokenizer = train_wordpiece(_sample_sentences(corpus, data_cfg.text_field, sample_bytes),
+                                    data_cfg.vocab_size, data_cfg.lowercase)
+    text = tokenizer.to_str()
+    recipe["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    _write_outputs(out, {tokenizer_file: text, recipe_file: json.dumps(recipe)})
+    return tokenizer
+
+
+def _write_outputs(out: Path, texts: dict[Path, str]) -> None:
+    """Write text files atomically; a failure (a full disk) is a DataError naming the file."""
+    for path, text in texts.items():
+        try:
+            _write_text_atomic(path, text)
+        except OSError as exc:
+            raise DataError(f"{path}: cannot write ({exc.strerror}); the shards written so far "
+                            f"are kept, run prepare again to resume") from None
+
+
+def _document_batches(pieces: list[list], text_field: str) -> Iterator[tuple[list[Document], int]]:
+    """The documents of a chunk in batches of about ENCODE_BATCH_BYTES, with their UTF-8 size."""
+    batch, size = [], 0
+    for path, start, end, _, _ in pieces:
+        documents = embedded_corpus() if path == EMBEDDED else iter_documents(path, text_field,
+                                                                                start, end)
+        for doc in documents:
+            batch.append(doc)
+            size += sum(len(s.encode("utf-8")) for s in doc.sentences)
+            if size >= ENCODE_BATCH_BYTES:
+                yield batch, size
+                batch, size = [], 0
+    if batch:
+        yield batch, size
+
+
+def _concatenate(parts: list[Shard], ids_dtype: str) -> dict[str, np.ndarray]:
+    """One shard's arrays from the arrays of its batches (offsets shifted to match)."""
+    tokens = np.cumsum([0] + [len(p.ids) for p in parts])
+    sentences = np.cumsum([0] + [len(p.sentence_offsets) - 1 for p in parts])
+    return {
+        "ids": np.concatenate([np.zeros(0, ids_dtype)] + [p.ids.astype(ids_dtype) for p in parts]),
+        "word_starts": np.concatenate([np.zeros(0, np.uint8)] + [p.word_starts for p in parts]),
+        "sentence_offsets": np.concatenate(
+            [np.zeros(1, np.int64)] + [p.sentence_offsets[1:] + t for p, t in zip(parts, tokens)]),
+        "document_offsets": np.concatenate(
+            [np.zeros(1, np.int64)] + [p.document_offsets[1:] + s for p, s in zip(parts, sentences)]),
+    }
+
+
+def _save_npy(out: Path, name: str, array: np.ndarray) -> dict:
+    """Write one .npy atomically; its entry for the manifest (file, bytes, sha256)."""
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        entry = {"file": name, "bytes": os.path.getsize(tmp), "sha256": _sha256(Path(tmp))}
+        os.replace(tmp, out / name)
+        return entry
+    except OSError as exc:
+        raise DataError(f"{out / name}: cannot write ({exc.strerror}); the shards written so far "
+                        f"are kept, run prepare again to resume") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _prepare_shard(out: Path, job: dict) -> dict:
+    """Tokenize one chunk into its shard files, then its sidecar; returns the sidecar.
+    Runs in a worker process: everything else it needs is in ``job``."""
+    tokenizer = Tokenizer.from_file(str(out / TOKENIZER_FILE))
+    parts, text_bytes = [], 0
+    for batch, size in _document_batches(job["pieces"], job["text_field"]):
+        parts.append(TokenizedDocuments.from_documents(batch, tokenizer).shards[0])
+        text_bytes += size
+    arrays = _concatenate(parts, job["ids_dtype"])
+    files = {field: _save_npy(out, f"{job['name']}.{field}.npy", array)
+             for field, array in arrays.items()}
+    sidecar = {"job": job, "name": job["name"], "sources": [p[:3] for p in job["pieces"]],
+               "documents": len(arrays["document_offsets"]) - 1,
+               "sentences": len(arrays["sentence_offsets"]) - 1,
+               "tokens": len(arrays["ids"]), "text_bytes": text_bytes, "files": files}
+    _write_outputs(out, {out / f"{job['name']}.json": json.dumps(sidecar, indent=1)})
+    return sidecar
+
+
+def _finished_shard(out: Path, job: dict) -> dict | None:
+    """The sidecar of a shard a previous run completed for this same job, if its files verify."""
+    try:
+        sidecar = json.loads((out / f"{job['name']}.json").read_text())
+        if sidecar["job"] == job and all(_sha256(out / f["file"]) == f["sha256"]
+                                         for f in sidecar["files"].values()):
+            return sidecar
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _start_fresh(out: Path, names: set[str]) -> None:
+    """Remove the manifest (until this run writes it again), temporary files of an
+    interrupted run, and shards that the current plan no longer has."""
+    (out / MANIFEST).unlink(missing_ok=True)
+    for path in out.iterdir():
+        stale = path.name.startswith("shard-") and path.name.split(".")[0] not in names
+        if stale or (path.name.startswith(".") and path.name.endswith(".tmp")):
+            path.unlink()
+
+
+def _worker_setup() -> None:
+    # Parallelism comes from the processes; a tokenizers thread pool in each would oversubscribe.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _run_jobs(out: Path, jobs: list[dict], workers: int, log) -> list[dict]:
+    """Run the shard jobs in ``workers`` processes (here when one), logging each as it ends.
+    On the first failure the jobs not yet started are cancelled; finished shards stay."""
+    if workers <= 1:
+        results = map(partial(_prepare_shard, out), jobs)
+        return [_log_shard(s, i, len(jobs), log) for i, s in enumerate(results, 1)]
+    # spawn: a clean interpreter, safe whatever threads this process has started; an
+    # executor, not a Pool, so a worker that dies is an error instead of a hang.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_setup) as executor:
+        futures = [executor.submit(_prepare_shard, out, job) for job in jobs]
+        try:
+            return [_log_shard(f.result(), i, len(jobs), log)
+                    for i, f in enumerate(as_completed(futures), 1)]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def _log_shard(sidecar: dict, done: int, total: int, log) -> dict:
+    log(f"{sidecar['name']}: {sidecar['documents']:,} documents, {sidecar['tokens']:,} tokens "
+        f"({done}/{total})")
+    return sidecar
+
+
+def _default_workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def prepare_corpus(corpus: str, out: str | Path, data_cfg, workers: int | None = None,
+                   shard_mb: float = 16, sample_mb: float = 16, log=print) -> dict:
+    """Tokenize ``corpus`` into memory-mapped shards in ``out`` (see the module
+    docstring), reusing the shards of an earlier, interrupted run; returns the manifest.
+
+    ``data_cfg`` supplies text_field and the tokenizer (data.tokenizer, or
+    vocab_size and lowercase for one trained on the first ``sample_mb`` MB).
+    """
+    out = Path(out).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"{out}: cannot create the output directory ({exc.strerror})") from None
+    chunks = _plan(corpus, max(1, int(shard_mb * MB)))
+    names = [f"shard-{i:05d}" for i in range(len(chunks))]
+    _start_fresh(out, set(names))
+    tokenizer = _prepared_tokenizer(out, corpus, data_cfg, int(sample_mb * MB), log)
+    ids_dtype = "uint16" if tokenizer.get_vocab_size() <= 1 << 16 else "int32"
+    tokenizer_sha256 = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
+    jobs = [{"format": PREPARED_FORMAT, "name": name, "pieces": pieces, "ids_dtype": ids_dtype,
+             "text_field": data_cfg.text_field, "tokenizer_sha256": tokenizer_sha256}
+            for name, pieces in zip(names, chunks)]
+    finished = {job["name"]: _finished_shard(out, job) for job in jobs}
+    pending = [job for job in jobs if finished[job["name"]] is None]
+    if len(pending) < len(jobs):
+        log(f"{len(jobs) - len(pending)} of {len(jobs)} shards already prepared in {out}; "
+            f"tokenizing the other {len(pending)}")
+    for sidecar in _run_jobs(out, pending, min(workers or _default_workers(), len(pending)), log):
+        finished[sidecar["name"]] = sidecar
+    manifest = _manifest(corpus, data_cfg, tokenizer, tokenizer_sha256,
+                         [finished[job["name"]] for job in jobs])
+    if manifest["documents"] == 0:
+        raise DataError(f"data.corpus: {corpus} holds no text")
+    if manifest["tokens"] == 0:
+        raise DataError(f"data.corpus: {corpus} gives no tokens")
+    _write_outputs(out, {out / MANIFEST: json.dumps(manifest, indent=1)})
+    log(f"prepared {manifest['documents']:,} documents, {manifest['sentences']:,} sentences, "
+        f"{manifest['tokens']:,} tokens in {len(jobs)} shards in {out}; "
+        f"train with data.prepared={out}")
+    return manifest
+
+
+def _manifest(corpus: str, data_cfg, tokenizer: Tokenizer, tokenizer_sha256: str,
+              sidecars: list[dict]) -> dict:
+    shards = [{k: v for k, v in s.items() if k != "job"} for s in sidecars]
+    counts = {key: sum(s[key] for s in shards)
+              for key in ("documents", "sentences", "tokens", "text_bytes")}
+    return {"format": PREPARED_FORMAT, "corpus": corpus, "text_field": data_cfg.text_field,
+            "tokenizer": TOKENIZER_FILE, "tokenizer_sha256": tokenizer_sha256,
+            "vocab_size": tokenizer.get_vocab_size(), **counts, "shards": shards}
+
+
+# --- prepared shards: reading ---------------------------------------------------------------
+
+def _read_manifest(directory: Path) -> dict:
+    path = directory / MANIFEST
+    if not directory.is_dir():
+        raise DataError(f"data.prepared: no such directory: {directory}")
+    if not path.is_file():
+        raise DataError(f"data.prepared: {directory} has no {MANIFEST}: not a prepared corpus, or "
+                        f"`pretextual prepare` did not finish there (run it again to resume)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise DataError(f"{path}: not readable JSON ({exc})") from None
+    if manifest.get("format") != PREPARED_FORMAT:
+        raise DataError(f"{path}: format {manifest.get('format')!r}, this version reads "
+                        f"{PREPARED_FORMAT}; run pretextual prepare again")
+    return manifest
+
+
+def _open_shard(directory: Path, entry: dict) -> Shard:
+    """Memory-map one shard after checking its files against the manifest (size, length)."""
+    again = "run pretextual prepare again to rebuild it"
+    paths = {field: directory / entry["files"][field]["file"] for field in Shard.FIELDS}
+    for field, path in paths.items():
+        expected = entry["files"][field]["bytes"]
+        if not path.is_file():
+            raise DataError(f"{path}: missing (listed in {MANIFEST}); {again}")
+        if path.stat().st_size != expected:
+            raise DataError(f"{path}: {path.stat().st_size} bytes where {MANIFEST} says "
+                            f"{expected}: damaged; {again}")
+    try:
+        shard = Shard.map(paths)
+    except (ValueError, OSError) as exc:
+        raise DataError(f"{exc}; {again}") from None
+    lengths = {"ids": entry["tokens"], "word_starts": entry["tokens"],
+               "sentence_offsets": entry["sentences"] + 1, "document_offsets": entry["documents"] + 1}
+    for field, length in lengths.items():
+        if len(getattr(shard, field)) != length:
+            raise DataError(f"{paths[field]}: holds {len(getattr(shard, field))} values where "
+                            f"{MANIFEST} says {length}; {again}")
+    return shard
+
+
+def open_prepared(directory: str | Path, tokenizer: str | None = None, log=print
+                  ) -> tuple[Tokenizer, TokenizedDocuments]:
+    """The tokenizer and memory-mapped documents of a prepared corpus. Sizes and array
+    headers are checked against the manifest; running prepare again checks the sha256."""
+    directory = Path(directory).expanduser()
+    manifest = _read_manifest(directory)
+    tokenizer_file = directory / TOKENIZER_FILE
+    if not tokenizer_file.is_file():
+        raise DataError(f"{tokenizer_file}: missing (listed in {MANIFEST}); run pretextual "
+                        f"prepare again")
+    prepared = load_tokenizer(tokenizer_file)
+    if hashlib.sha256(prepared.to_str().encode()).hexdigest() != manifest["tokenizer_sha256"]:
+        raise DataError(f"{tokenizer_file}: changed since prepare (its sha256 differs from "
+                        f"{MANIFEST}); run pretextual prepare again")
+    if tokenizer and load_tokenizer(tokenizer).to_str() != prepared.to_str():
+        raise DataError(f"data.tokenizer: {tokenizer} is not the tokenizer {directory} was "
+                        f"prepared with ({tokenizer_file}); unset data.tokenizer")
+    shards = [_open_shard(directory, entry) for entry in manifest["shards"]]
+    log(f"data.prepared: {manifest['documents']:,} documents, {manifest['tokens']:,} tokens in "
+        f"{len(shards)} shards of {directory}")
+    return prepared, TokenizedDocuments.from_shards(shards)

@@ -10,7 +10,6 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
@@ -93,10 +92,10 @@ class Trainer:
         self.tokenizer, docs = tokenized_corpus(cfg.data, log=self.log)
         if self.world.is_main:
             dist_utils.barrier(self.world)
-        too_long = int((np.diff(docs.sentence_offsets) > cfg.data.max_seq_length - 2).sum())
+        too_long = docs.sentences_longer_than(cfg.data.max_seq_length - 2)
         if too_long:
-            self.log(f"note: {too_long} sentences of {cfg.data.corpus} are longer than "
-                     f"data.max_seq_length={cfg.data.max_seq_length} tokens; they are split into pieces")
+            self.log(f"note: {too_long} sentences of {cfg.data.prepared or cfg.data.corpus} are longer "
+                     f"than data.max_seq_length={cfg.data.max_seq_length} tokens; they are split into pieces")
         self.vocab = vocab_of(self.tokenizer)
         self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
@@ -114,7 +113,7 @@ class Trainer:
         try:  # build the first epochs now, so bad data fails before any step
             self.train_batches.locate(0)
             if self.eval_batches is not None:
-                self.eval_batches.epoch_length(0)
+                self.eval_batches.available(1)
         except ValueError as exc:
             raise DataError(f"data.corpus: too little text for data.batch_size="
                             f"{cfg.data.batch_size}: {exc}") from None
@@ -257,7 +256,7 @@ class Trainer:
             return {}
         self.model.eval()
         sums: dict[str, float] = {}
-        n = min(self.cfg.trainer.eval_batches, self.eval_batches.epoch_length(0))
+        n = self.eval_batches.available(self.cfg.trainer.eval_batches)
         for batch in self._loader(self.eval_batches, range(n)):
             with self._autocast():  # through the wrapper: FSDP must gather the sharded weights
                 total, logs = self.forward(self._to_device(batch), self.step)
