@@ -11,13 +11,15 @@ span masking, which differ only in how they choose the positions.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pretextual.core.encoder import BertModel
+from pretextual.core.encoder import BertModel, linear
 from pretextual.errors import ConfigError
 from pretextual.plugins.api import (Batch, BuildContext, Objective, ObjectiveOutput, ObjectiveSpec,
                                     StepInputs, Vocab)
@@ -55,7 +57,7 @@ class MLMHeadTransform(nn.Module):
         self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps)
 
     def forward(self, x):
-        return self.LayerNorm(F.gelu(self.dense(x)))
+        return self.LayerNorm(F.gelu(linear(x, self.dense.weight, self.dense.bias)))
 
 
 class MLMHead(nn.Module):
@@ -74,7 +76,110 @@ class MLMHead(nn.Module):
         nn.init.zeros_(self.transform.dense.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.transform(hidden), self.word_embeddings.weight, self.bias)
+        return linear(self.transform(hidden), self.word_embeddings.weight, self.bias)
+
+    def loss_and_accuracy(self, hidden: torch.Tensor, target: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean cross-entropy of ``forward(hidden)`` against ``target`` and the share
+        of positions whose highest logit is the target, without materialising
+        the loss's intermediate [n, vocab] tensors (see :class:`_VocabCrossEntropy`)."""
+        x = self.transform(hidden)
+        dtype = _compute_dtype(x)
+        return _VocabCrossEntropy.apply(x, self.word_embeddings.weight, self.bias, target, dtype)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a linear layer computes in here: autocast's when it is on."""
+    device = x.device.type
+    try:
+        if torch.is_autocast_enabled(device):
+            return torch.get_autocast_dtype(device)
+    except (TypeError, AttributeError):  # torch < 2.4
+        if device == "cpu" and torch.is_autocast_cpu_enabled():
+            return torch.get_autocast_cpu_dtype()
+        if device == "cuda" and torch.is_autocast_enabled():
+            return torch.get_autocast_gpu_dtype()
+    return x.dtype
+
+
+CHUNK_BYTES = 4 << 20
+"""Rows of logits handled at once by the fused loss: about this many bytes of fp32 (cache-sized)."""
+
+
+class _VocabCrossEntropy(torch.autograd.Function):
+    """Cross-entropy of the vocabulary projection, fused.
+
+    Equal to ``F.cross_entropy(F.linear(x, weight, bias).float(), target)``
+    (and ``argmax == target``), computed as: one GEMM for the logits (in
+    autocast's dtype when it is on, as F.linear would), then row chunks of a
+    few MB, each while it is in cache: max and argmax, exp, row sums, the
+    log-sum-exp, the loss, and, when a gradient is wanted, the gradient of the
+    mean loss with respect to the logits (softmax - one-hot) / n, written over
+    the logits. Backward is two GEMMs and a sum, scaled by the incoming
+    gradient. Compared with log_softmax + nll_loss this skips the zero-filled
+    [n, vocab] gradient, the separate log-probability tensor, a cast of the
+    logits to fp32 under bf16, and a second pass for the argmax.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, target, dtype):
+        device = x.device.type
+        with torch.autocast(device, enabled=False):
+            xc, wc = x.to(dtype), weight.to(dtype)
+            if dtype == torch.float32:
+                logits, late_bias = linear(xc, wc, bias), None  # bias added inside the GEMM
+            else:  # bias added in fp32 per chunk: no [n, vocab] broadcast copy before the GEMM
+                logits, late_bias = torch.mm(xc, wc.t()), bias.float()
+            n, vocab = logits.shape
+            rows = max(1, CHUNK_BYTES // (4 * vocab))
+            want_grad = any(ctx.needs_input_grad[:3])
+            losses = torch.empty(n, dtype=torch.float32, device=x.device)
+            hits = torch.empty(n, dtype=torch.bool, device=x.device)
+            for start in range(0, n, rows):
+                stop = min(start + rows, n)
+                t = target[start:stop, None]
+                chunk = logits[start:stop]
+                if late_bias is not None:
+                    chunk = chunk.float().add_(late_bias)  # a copy; fp32 logits are worked in place
+                picked = chunk.gather(1, t).squeeze(1)
+                top, arg = chunk.max(1)
+                hits[start:stop] = arg == t.squeeze(1)
+                chunk.sub_(top[:, None]).exp_()
+                total = chunk.sum(1)
+                losses[start:stop] = top + total.log() - picked
+                if want_grad:
+                    chunk.mul_((1.0 / (total * n))[:, None])  # softmax / n
+                    chunk.scatter_add_(1, t, chunk.new_full(t.shape, -1.0 / n))
+                    if late_bias is not None:
+                        logits[start:stop] = chunk  # back into the bf16 buffer
+        if want_grad:
+            ctx.save_for_backward(logits, xc, wc)
+            ctx.dtypes = (x.dtype, weight.dtype, bias.dtype)
+        ctx.mark_non_differentiable(hits)
+        return losses.mean(), hits.float().mean()
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_accuracy):
+        grad, xc, wc = ctx.saved_tensors  # grad: d(mean loss)/d(logits), [n, vocab]
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        unscaled = grad_loss.device.type == "cpu" and float(grad_loss) == 1.0
+        scale = grad_loss.to(torch.float32)
+        fp32 = grad.dtype == torch.float32
+
+        def scaled(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+            t = t.to(dtype)
+            return t if unscaled else t.mul_(scale.to(dtype))
+
+        grad_x = grad_w = grad_b = None
+        with torch.autocast(xc.device.type, enabled=False):
+            if ctx.needs_input_grad[0]:
+                grad_x = scaled(linear(grad, wc.t()) if fp32 else torch.mm(grad, wc), x_dtype)
+            if ctx.needs_input_grad[1]:
+                grad_w = scaled(linear(grad.t(), xc.t()) if fp32 else torch.mm(grad.t(), xc), w_dtype)
+            if ctx.needs_input_grad[2]:
+                # summed in the logits' dtype (fp32 accumulation inside), as autocast's linear does
+                grad_b = scaled(grad.sum(0), b_dtype)
+        return grad_x, grad_w, grad_b, None, None
 
 
 def select_tokens(batch: Batch, mask_prob: float, generator: torch.Generator) -> torch.Tensor:
@@ -83,13 +188,49 @@ def select_tokens(batch: Batch, mask_prob: float, generator: torch.Generator) ->
     A fixed count per row, as Google's create_pretraining_data.py draws, so no
     row goes without a prediction. Returns a boolean [batch, seq] mask.
     """
+    scores = torch.rand(batch["input_ids"].shape, generator=generator)
+    if _on_cpu(batch, "attention_mask", "special_tokens_mask"):
+        return torch.from_numpy(_select_numpy(batch["attention_mask"].numpy(),
+                                              batch["special_tokens_mask"].numpy(),
+                                              scores.numpy(), mask_prob))
     candidates = batch["attention_mask"].bool() & ~batch["special_tokens_mask"].bool()
-    scores = torch.rand(candidates.shape, generator=generator)
-    scores.masked_fill_(~candidates, 2.0)  # non-candidates sort last
+    scores = scores.to(candidates.device).masked_fill_(~candidates, 2.0)  # non-candidates last
     n = candidates.sum(1, keepdim=True)
     k = torch.clamp(torch.round(n * mask_prob), min=1).minimum(n)
-    rank = scores.argsort(dim=1).argsort(dim=1)
+    order = scores.argsort(dim=1)
+    rank = torch.empty_like(order).scatter_(
+        1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
     return (rank < k) & candidates
+
+
+# The masking runs in the data pipeline on small [batch, seq] tensors, where each torch
+# op costs several microseconds of dispatch (milliseconds for ops that wake a second
+# thread while another process holds that core); NumPy does the same arithmetic in
+# about a microsecond per op. Randomness still comes from the torch.Generator, drawn
+# in the same order, so batches stay a pure function of the seed.
+
+def _on_cpu(batch: Batch, *keys: str) -> bool:
+    return all(batch[k].device.type == "cpu" and not batch[k].requires_grad for k in keys)
+
+
+def _select_numpy(attention_mask: np.ndarray, special: np.ndarray, scores: np.ndarray,
+                  mask_prob: float) -> np.ndarray:
+    candidates = (attention_mask != 0) & (special == 0)
+    scores[~candidates] = 2.0  # non-candidates sort last
+    n = candidates.sum(1, keepdims=True)
+    # float32, as torch computes round(n * mask_prob) for an integer tensor
+    k = np.minimum(np.maximum(np.round(n.astype(np.float32) * np.float32(mask_prob)), 1), n)
+    order = np.argsort(scores, axis=1)
+    # The rank of every position in its row's order, by scattering 0..seq-1 through the order.
+    rank = np.empty_like(order)
+    rank[np.arange(order.shape[0])[:, None], order] = np.arange(order.shape[1])
+    return (rank < k) & candidates
+
+
+@functools.lru_cache(maxsize=8)
+def _ordinary_ids(vocab: Vocab) -> torch.Tensor:
+    """vocab.ordinary_ids(), computed once per vocabulary (Vocab is frozen, so hashable)."""
+    return vocab.ordinary_ids()
 
 
 def replace_selected(batch: Batch, selected: torch.Tensor, vocab: Vocab, mask_ratio: float,
@@ -103,12 +244,28 @@ def replace_selected(batch: Batch, selected: torch.Tensor, vocab: Vocab, mask_ra
     """
     input_ids = batch["input_ids"]
     draw = torch.rand(input_ids.shape, generator=generator)
+    ordinary = _ordinary_ids(vocab)
+    draws = torch.randint(len(ordinary), input_ids.shape, generator=generator)
+    if _on_cpu(batch, "input_ids") and selected.device.type == "cpu" and (
+            group is None or group.device.type == "cpu"):
+        ids, chosen, d = input_ids.numpy(), selected.numpy(), draw.numpy()
+        if group is not None:
+            d = np.take_along_axis(d, group.numpy(), axis=1)
+        to_mask = chosen & (d < mask_ratio)
+        to_random = chosen & (d >= mask_ratio) & (d < mask_ratio + random_ratio)
+        corrupted = np.where(to_mask, vocab.mask_id, ids)
+        corrupted = np.where(to_random, ordinary.numpy()[draws.numpy()], corrupted)
+        labels = np.where(chosen, ids, IGNORE_INDEX)
+        return {**batch, "input_ids": torch.from_numpy(corrupted.astype(np.int64, copy=False)),
+                "mlm_labels": torch.from_numpy(labels.astype(np.int64, copy=False))}
+    device = input_ids.device
+    draw, draws = draw.to(device), draws.to(device)
     if group is not None:
         draw = draw.gather(1, group)
     to_mask = selected & (draw < mask_ratio)
     to_random = selected & (draw >= mask_ratio) & (draw < mask_ratio + random_ratio)
-    ordinary = vocab.ordinary_ids()
-    random_ids = ordinary[torch.randint(len(ordinary), input_ids.shape, generator=generator)]
+    # index_select, not ordinary[index]: advanced indexing runs a parallel kernel
+    random_ids = ordinary.to(device).index_select(0, draws.reshape(-1)).view(input_ids.shape)
     corrupted = torch.where(to_mask, torch.full_like(input_ids, vocab.mask_id), input_ids)
     corrupted = torch.where(to_random, random_ids, corrupted)
     labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
@@ -117,13 +274,20 @@ def replace_selected(batch: Batch, selected: torch.Tensor, vocab: Vocab, mask_ra
 
 def masked_lm_loss(inputs: StepInputs) -> ObjectiveOutput:
     """Cross-entropy of the MLM head, run only at the labelled positions."""
-    labels = inputs.batch["mlm_labels"]
-    where = labels != IGNORE_INDEX
-    hidden = inputs.encoder_output.last_hidden_state[where]  # [n_selected, hidden]
-    target = labels[where]
-    logits = inputs.heads["mlm"](hidden)
-    loss = F.cross_entropy(logits.float(), target)
-    accuracy = (logits.argmax(-1) == target).float().mean()
+    labels = inputs.batch["mlm_labels"].reshape(-1)
+    # Row-major positions of the labels (the order boolean indexing gives), gathered with
+    # index_select: cheaper than boolean indexing forward and backward.
+    where = (labels != IGNORE_INDEX).nonzero().squeeze(1)
+    last = inputs.encoder_output.last_hidden_state
+    hidden = last.reshape(-1, last.shape[-1]).index_select(0, where)  # [n_selected, hidden]
+    target = labels.index_select(0, where)
+    head = inputs.heads["mlm"]
+    if isinstance(head, MLMHead):
+        loss, accuracy = head.loss_and_accuracy(hidden, target)
+    else:  # a head some plugin supplies under the same name: the plain computation
+        logits = head(hidden)
+        loss = F.cross_entropy(logits.float(), target)
+        accuracy = (logits.argmax(-1) == target).float().mean()
     return ObjectiveOutput(loss=loss, metrics={"accuracy": accuracy})
 
 

@@ -1,0 +1,153 @@
+"""Useful model FLOPs of a training step, and the machine's measured matmul peak.
+
+Counted as the scaling-law literature counts them (Kaplan et al. 2020; the
+"6N" rule), and only where the work is useful:
+
+* 6 x the parameters of the transformer layers, per real token (forward 2,
+  backward 4);
+* attention scores and their use: 2 matmuls of 2 x context x hidden FLOPs per
+  token and layer forward, times 3 for forward and backward;
+* the MLM head (transform + vocabulary projection) only at the predicted
+  positions: 6 x its parameters per prediction;
+* the pooler and a 2-way sentence head once per sequence.
+
+Embedding lookups, LayerNorm, softmax, dropout and the optimizer are not
+counted (they are not matmuls); neither is any work on padding, nor the MLM
+projection at positions without a label (what Hugging Face's
+BertForPreTraining spends most of its time on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from benchmarks.timing import Samples
+
+
+def layer_parameters(hidden: int, intermediate: int) -> int:
+    """One post-LN BERT layer: Q, K, V, output projection, 2 LayerNorms, the feed-forward."""
+    attention = 4 * (hidden * hidden + hidden)
+    feed_forward = hidden * intermediate + intermediate + intermediate * hidden + hidden
+    layer_norms = 2 * 2 * hidden
+    return attention + feed_forward + layer_norms
+
+
+def mlm_head_parameters(hidden: int, vocab: int) -> int:
+    """Transform (dense + LayerNorm) and the (tied) vocabulary projection with its bias."""
+    return hidden * hidden + hidden + 2 * hidden + hidden * vocab + vocab
+
+
+def sentence_head_parameters(hidden: int) -> int:
+    """Pooler (dense) and the 2-way classifier."""
+    return hidden * hidden + hidden + 2 * hidden + 2
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What one training step computed usefully."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    sequence_lengths: tuple[int, ...]  # real tokens of each sequence
+    predictions: int  # MLM-labelled positions
+    sentence_head: bool
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.sequence_lengths)
+
+    def flops(self) -> float:
+        per_token = 6 * self.layers * layer_parameters(self.hidden, self.intermediate)
+        dense = per_token * self.tokens
+        # Each token attends to the real tokens of its own sequence.
+        attention = sum(12 * self.layers * self.hidden * n * n for n in self.sequence_lengths)
+        mlm = 6 * mlm_head_parameters(self.hidden, self.vocab) * self.predictions
+        sentence = (6 * sentence_head_parameters(self.hidden) * len(self.sequence_lengths)
+                    if self.sentence_head else 0)
+        return float(dense + attention + mlm + sentence)
+
+
+# --- matmul peak ---------------------------------------------------------------------------------
+
+def peak_shapes(tokens: int, hidden: int, intermediate: int, smoke: bool,
+                device: torch.device = torch.device("cpu")) -> list[tuple[int, int, int]]:
+    """(m, k, n) GEMMs whose best rate is taken as the machine's peak: large
+    squares (larger on a GPU, which needs them to reach its peak), and the
+    model's own feed-forward shapes."""
+    if smoke:
+        return [(256, 256, 256), (tokens, hidden, intermediate)]
+    squares = [4096, 8192] if device.type == "cuda" else [1024, 2048]
+    return [(n, n, n) for n in squares] + [(tokens, hidden, intermediate),
+                                           (tokens, intermediate, hidden)]
+
+
+def onednn_linear():
+    """oneDNN's fp32 linear on ordinary (strided) tensors, when this torch has it."""
+    op = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+    if op is None or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        x = torch.randn(4, 8)
+        w = torch.randn(3, 8)
+        if not torch.allclose(op(x, w, None, "none", [], ""), x @ w.t(), atol=1e-5):
+            return None
+    except Exception:  # not built in, or a different signature
+        return None
+    return op
+
+
+def gemm_cases(shapes: list[tuple[int, int, int]], device: torch.device
+               ) -> tuple[dict[str, callable], dict[str, tuple[str, str, tuple[int, int, int]]]]:
+    """Timed cases, one per (precision, library, shape): fp32 through torch.matmul
+    (MKL on x86 CPUs), fp32 through oneDNN where torch has it (CPU), and bf16
+    through torch.matmul. Each case returns its FLOPs."""
+    cases, meta = {}, {}
+    dnn = onednn_linear() if device.type == "cpu" else None
+    for m, k, n in shapes:
+        flops = 2.0 * m * k * n
+        a32 = torch.randn(m, k, device=device)
+        w32 = torch.randn(n, k, device=device)  # [out, in], as nn.Linear stores it
+        a16, w16 = a32.bfloat16(), w32.bfloat16()
+
+        def mm(a=a32, w=w32, f=flops):
+            torch.matmul(a, w.t())
+            return f
+
+        def mm16(a=a16, w=w16, f=flops):
+            torch.matmul(a, w.t())
+            return f
+
+        name = f"{m}x{k}x{n}"
+        cases[f"gemm fp32 torch {name}"], meta[f"gemm fp32 torch {name}"] = mm, ("fp32", "torch.matmul", (m, k, n))
+        cases[f"gemm bf16 torch {name}"], meta[f"gemm bf16 torch {name}"] = mm16, ("bf16", "torch.matmul", (m, k, n))
+        if dnn is not None:
+            def onednn(a=a32, w=w32, f=flops):
+                dnn(a, w, None, "none", [], "")
+                return f
+            cases[f"gemm fp32 onednn {name}"], meta[f"gemm fp32 onednn {name}"] = onednn, ("fp32", "oneDNN", (m, k, n))
+    return cases, meta
+
+
+@dataclass
+class Peak:
+    flops_per_s: float
+    library: str
+    shape: tuple[int, int, int]
+
+    def describe(self) -> str:
+        m, k, n = self.shape
+        return f"{self.flops_per_s / 1e9:,.0f} GFLOP/s ({self.library}, {m}x{k} @ {k}x{n})"
+
+
+def peaks(samples: dict[str, Samples], meta: dict) -> dict[str, Peak]:
+    """The best median rate per precision over the measured GEMMs."""
+    best: dict[str, Peak] = {}
+    for name, (precision, library, shape) in meta.items():
+        rate = samples[name].rate
+        if precision not in best or rate > best[precision].flops_per_s:
+            best[precision] = Peak(rate, library, shape)
+    return best

@@ -1,0 +1,151 @@
+"""The benchmark command: every comparison of issue 6, pretextual against Hugging Face.
+
+    python -m benchmarks                 # full run at the reference sizes; writes docs/benchmarks.md
+    python -m benchmarks --smoke         # tiny sizes, one round: checks it runs (CI); writes nothing
+    python -m benchmarks --only train,mfu --out /tmp/bench.md
+
+Each comparison runs its cases in this one process, interleaved round by
+round after warm-up, and reports medians. transformers, onnx and onnxruntime
+are benchmark-only dependencies (``pip install -e ".[bench]"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from benchmarks.report import Report
+from benchmarks.timing import load_average, machine_info
+from benchmarks.workloads import REFERENCE, SMOKE, Workspace
+
+SECTIONS = ("train", "e2e", "mask", "onnx", "prep")
+"""train: comparisons 1 (synthetic step) and 4 (MFU); e2e: comparison 1 on real text;
+mask: 2; onnx: 3; prep: 5."""
+
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+NOTES = [
+    "Training step (1): pretextual's `Trainer` built from the `bert` recipe (MLM + NSP) at the "
+    "reference sizes, stepped with its own forward (`Trainer.forward`: one encoder pass, sparse "
+    "MLM head at the labelled positions only), against transformers' `BertForPreTraining` with "
+    "`attn_implementation=\"sdpa\"` on the same masked batch tensors. Both sides: backward, "
+    "gradient clipping, the optimizer pretextual's Trainer builds (Hugging Face gets an instance "
+    "with the same class and settings, and its Trainer's no-decay grouping), zero_grad, loss "
+    "read as a float. bf16 rows use `torch.autocast(dtype=torch.bfloat16)` on both sides.",
+    "End to end (1): real text of the embedded corpus. Hugging Face: line-by-line examples "
+    "(one sentence each) padded to the longest in the batch by `DataCollatorForLanguageModeling`, "
+    "`BertForMaskedLM`. pretextual: the `roberta` recipe (MLM only; sentences packed up to the "
+    "sequence length; masking in its data pipeline). Both read batches from a DataLoader with "
+    "no worker processes, inside the timed step; only real (non-padding) tokens count. The "
+    "tokenizer is the same WordPiece for both, trained on the corpus and filled to the "
+    "reference vocabulary size with [unusedN] entries.",
+    "Masking (2): the time from a list of tokenized examples to padded tensors with labels. "
+    "Hugging Face's whole-word masking needs offset mappings, which its padding cannot pad, so "
+    "its examples are padded to the sequence length at tokenization (as its users do); only "
+    "real tokens count on both sides.",
+    "Inference (3): see `benchmarks/inference.py`; speed-ups are over pretextual's own encoder "
+    "in torch eager (`torch.inference_mode`, same thread count).",
+    "MFU (4): useful model FLOPs per training step (6 x layer parameters per token, attention "
+    "scores and their use, the MLM head only at labelled positions, pooler and NSP head per "
+    "sequence; nothing for padding or for unlabelled MLM positions) divided by the median step "
+    "time, over the best median GEMM rate measured in the same rounds (large squares and the "
+    "model's own feed-forward shapes, fp32 through torch.matmul and through oneDNN, bf16 "
+    "through torch.matmul). Hugging Face's column is the same useful FLOPs over its step time.",
+    "Corpus preparation (5): see `benchmarks/prep.py`.",
+    "No timing is asserted anywhere; CI runs `python -m benchmarks --smoke` (tiny sizes, one "
+    "round) so the benchmark cannot rot.",
+]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes and one round: proves the benchmark runs (writes no file "
+                             "unless --out is given)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--threads", type=int, default=2, help="torch/onnxruntime threads (default 2)")
+    parser.add_argument("--repeats", type=int, help="timed rounds per comparison")
+    parser.add_argument("--warmup", type=int, help="untimed rounds before them")
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
+    parser.add_argument("--out", type=Path,
+                        help=f"where to write the markdown table (default {DEFAULT_OUT} for a "
+                             f"full run of every section; none for --smoke)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> Report:
+    args = parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        raise SystemExit(f"--only: unknown section(s) {', '.join(unknown)} (known: {', '.join(SECTIONS)})")
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device")
+    torch.set_num_threads(args.threads)
+    sizes = SMOKE if args.smoke else REFERENCE
+    if args.repeats is not None:
+        sizes = replace(sizes, repeats=args.repeats)
+    if args.warmup is not None:
+        sizes = replace(sizes, warmup=args.warmup)
+    out = args.out
+    if out is None and not args.smoke and only == list(SECTIONS):
+        out = DEFAULT_OUT
+
+    command = "python -m benchmarks" + "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:]))
+    mode = ("smoke (tiny sizes, one round: proves the benchmark runs; the numbers mean nothing)"
+            if args.smoke else f"reference sizes, {sizes.repeats} timed rounds after {sizes.warmup} "
+                               f"warm-up rounds")
+    machine = machine_info(device)
+    machine["date (UTC)"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    machine["load average at start (1 min)"] = load_average()
+    report = Report(command=command, mode=mode, machine=machine, notes=list(NOTES), smoke=args.smoke)
+    if device.type == "cuda":
+        report.notes.append("On CUDA, MFU is against the GPU's measured fp32 and bf16 GEMM peaks; "
+                            "the masking, ONNX and preparation comparisons run on the CPU.")
+    else:
+        report.notes.append("`--device cuda` runs the same comparisons on a GPU (MFU against its "
+                            "measured bf16 and fp32 GEMM peaks). These numbers are CPU-only: the "
+                            "benchmark has not been run on a GPU.")
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pretextual-bench-") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ws = Workspace.create(sizes, device, Path(tmp))
+        runners = _runners()
+        for section in SECTIONS:
+            if section not in only:
+                continue
+            t = time.perf_counter()
+            print(f"[benchmarks] {section} ...", file=sys.stderr, flush=True)
+            runners[section](ws, report)
+            report.details.append(f"Section {section} took {time.perf_counter() - t:.0f} s.")
+    report.machine["load average at end (1 min)"] = load_average()
+    report.machine["wall time of the run"] = f"{time.perf_counter() - started:.0f} s"
+
+    print(report.markdown())
+    if out is not None:
+        report.write(out)
+        print(f"[benchmarks] wrote {out}", file=sys.stderr)
+    return report
+
+
+def _runners():
+    from benchmarks.inference import onnx_inference
+    from benchmarks.masking import masking
+    from benchmarks.prep import preparation
+    from benchmarks.train import end_to_end, training_step
+
+    return {"train": training_step, "e2e": end_to_end, "mask": masking, "onnx": onnx_inference,
+            "prep": preparation}
