@@ -157,7 +157,8 @@ class Plugins:
         try:
             self.pm.register(obj, name=info.name)
         except pluggy.PluginValidationError as exc:
-            self.pm.unregister(obj)  # pluggy leaves the hooks it attached before the bad one
+            if self.pm.is_registered(obj):  # pluggy < 1.7 leaves the hooks attached before the bad one
+                self.pm.unregister(obj)
             self._fail(f"{info.label()} implements a hook wrongly: {' '.join(str(exc).split())}")
             return False
         problem = self._check_hooks(obj)
