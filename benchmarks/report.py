@@ -41,6 +41,7 @@ class Report:
     details: list[str] = field(default_factory=list)
 
     smoke: bool = False
+    warning: str = ""
 
     def add(self, row: Row) -> None:
         row.smoke = self.smoke
@@ -68,6 +69,7 @@ class Report:
             "",
             f"Mode: {self.mode}.",
             "",
+            *([f"> **Warning:** {self.warning}", ""] if self.warning else []),
             "| machine | |",
             "| --- | --- |",
             machine,

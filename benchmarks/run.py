@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.report import Report
-from benchmarks.timing import load_average, machine_info
+from benchmarks.timing import OtherLoad, load_average, machine_info
 from benchmarks.workloads import REFERENCE, SMOKE, Workspace
 
 SECTIONS = ("train", "e2e", "mask", "onnx", "prep")
@@ -124,14 +124,28 @@ def main(argv: list[str] | None = None) -> Report:
         warnings.simplefilter("ignore")
         ws = Workspace.create(sizes, device, Path(tmp))
         runners = _runners()
+        busy: dict[str, float | None] = {}
         for section in SECTIONS:
             if section not in only:
                 continue
-            t = time.perf_counter()
+            t, others = time.perf_counter(), OtherLoad()
             print(f"[benchmarks] {section} ...", file=sys.stderr, flush=True)
             runners[section](ws, report)
-            report.details.append(f"Section {section} took {time.perf_counter() - t:.0f} s.")
+            share = others.share()
+            busy[section] = share
+            report.details.append(
+                f"Section {section} took {time.perf_counter() - t:.0f} s; other processes used "
+                + ("n/a" if share is None else f"{share:.0%}") + " of the cores meanwhile.")
     report.machine["load average at end (1 min)"] = load_average()
+    measured = {k: v for k, v in busy.items() if v is not None}
+    if measured:
+        worst = max(measured, key=measured.get)
+        report.machine["other processes' share of the cores (busiest section)"] = (
+            f"{measured[worst]:.0%} ({worst})")
+        if measured[worst] > 0.10:
+            report.warning = (f"Other processes used {measured[worst]:.0%} of the cores during the "
+                              f"'{worst}' section of this run: its numbers understate what a quiet "
+                              f"machine gives (see Details).")
     report.machine["wall time of the run"] = f"{time.perf_counter() - started:.0f} s"
 
     print(report.markdown())

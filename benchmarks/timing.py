@@ -122,3 +122,35 @@ def load_average() -> str:
         return f"{os.getloadavg()[0]:.2f}"
     except OSError:
         return "n/a"
+
+
+class OtherLoad:
+    """How much of the machine other processes used while a section ran (Linux
+    /proc/stat): their CPU time over (wall time x cores). Near 0 on a quiet
+    machine; the numbers of a section run beside a busy process understate
+    both sides, the many-small-op side (pretextual's) the most."""
+
+    def __init__(self):
+        self.start = self._snapshot()
+
+    @staticmethod
+    def _snapshot() -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                fields = [float(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+        busy = (sum(fields[:8]) - idle) / ticks  # user..steal, without guest (already in user)
+        t = os.times()
+        return busy, t.user + t.system, time.monotonic()
+
+    def share(self) -> float | None:
+        end = self._snapshot()
+        if self.start is None or end is None:
+            return None
+        busy, own, wall = (e - s for e, s in zip(end, self.start))
+        cores = os.cpu_count() or 1
+        return max(0.0, (busy - own) / (wall * cores)) if wall > 0 else None
+
