@@ -65,20 +65,25 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(corpus_file, cac
         assert not list((run / "checkpoints").glob(".tmp-*"))
 
 
-def test_nonfinite_loss_stops_naming_step_and_objective(tiny_config, tmp_path, monkeypatch):
-    cfg = tiny_config("roberta", "trainer.checkpoint_every=2", steps=6)
-    trainer = Trainer(cfg, log=lambda *_: None)
-    real_loss = trainer.mix.selected[0].objective.loss
-    calls = {"n": 0}
+def poison(trainer, call: int, value: float) -> None:
+    """Make the first objective's loss non-finite on its ``call``-th call."""
+    objective = trainer.mix.selected[0].objective
+    real_loss, calls = objective.loss, {"n": 0}
 
     def poisoned(inputs):
         calls["n"] += 1
         out = real_loss(inputs)
-        if calls["n"] == 3:
-            out.loss = out.loss * float("nan")
+        if calls["n"] == call:
+            out.loss = out.loss * value
         return out
 
-    trainer.mix.selected[0].objective.loss = poisoned
+    objective.loss = poisoned
+
+
+def test_nonfinite_loss_stops_naming_step_and_objective(tiny_config, tmp_path):
+    cfg = tiny_config("roberta", "trainer.checkpoint_every=2", steps=6)
+    trainer = Trainer(cfg, log=lambda *_: None)
+    poison(trainer, 3, float("nan"))
     with pytest.raises(TrainingError, match=r"step 3: non-finite loss in loss/mlm"):
         trainer.train()
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["step-0000002"]
@@ -88,17 +93,7 @@ def test_nonfinite_loss_can_skip_the_batch(tiny_config, tmp_path):
     cfg = tiny_config("roberta", "trainer.nonfinite=skip", steps=5)
     messages = []
     trainer = Trainer(cfg, log=messages.append)
-    real_loss = trainer.mix.selected[0].objective.loss
-    calls = {"n": 0}
-
-    def poisoned(inputs):
-        calls["n"] += 1
-        out = real_loss(inputs)
-        if calls["n"] == 2:
-            out.loss = out.loss * float("inf")
-        return out
-
-    trainer.mix.selected[0].objective.loss = poisoned
+    poison(trainer, 2, float("inf"))
     trainer.train()
     lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [l.get("skipped", 0) for l in lines if "loss/mlm" in l] == [0, 1, 0, 0, 0]
