@@ -10,6 +10,7 @@ loss as a Python float (both trainers log it every step).
 from __future__ import annotations
 
 import contextlib
+import time
 
 import torch
 
@@ -98,17 +99,16 @@ def training_step(ws: Workspace, report: Report) -> None:
                    fmt_rate(rate["pretextual fp32"], unit), fmt_rate(rate["hf fp32"], unit),
                    rate["pretextual fp32"] / rate["hf fp32"],
                    fmt_ratio(rate["pretextual fp32"] / rate["hf fp32"]), 4.0, ">= 4x"))
-    report.add(Row("1", "training step, bf16 autocast (same batches)",
+    # The bf16 goal, read both ways: against Hugging Face in bf16 too (like for like),
+    # and against Hugging Face fp32 (the baseline its numbers are quoted against).
+    report.add(Row("1", "training step, bf16 autocast on both sides (same batches)",
                    fmt_rate(rate["pretextual bf16"], unit), fmt_rate(rate["hf bf16"], unit),
                    rate["pretextual bf16"] / rate["hf bf16"],
                    fmt_ratio(rate["pretextual bf16"] / rate["hf bf16"]), 7.0, ">= 7x"))
-    best_hf = max(rate["hf fp32"], rate["hf bf16"])
-    best_hf_name = "fp32" if rate["hf fp32"] >= rate["hf bf16"] else "bf16"
-    report.add(Row("1", f"training step: pretextual bf16 vs Hugging Face's faster precision "
-                        f"({best_hf_name})",
-                   fmt_rate(rate["pretextual bf16"], unit), fmt_rate(best_hf, unit),
-                   rate["pretextual bf16"] / best_hf, fmt_ratio(rate["pretextual bf16"] / best_hf),
-                   7.0, ">= 7x"))
+    report.add(Row("1", "training step, pretextual bf16 against Hugging Face fp32",
+                   fmt_rate(rate["pretextual bf16"], unit), fmt_rate(rate["hf fp32"], unit),
+                   rate["pretextual bf16"] / rate["hf fp32"],
+                   fmt_ratio(rate["pretextual bf16"] / rate["hf fp32"]), 7.0, ">= 7x"))
 
     # Comparison 4: model FLOP utilisation.
     work = F.StepWork(s.layers, s.hidden, s.intermediate, ws.vocab.size, (s.seq,) * s.batch,
@@ -116,6 +116,8 @@ def training_step(ws: Workspace, report: Report) -> None:
     step_flops = work.flops()
     peak = F.peaks(samples, gemm_meta)
     goals = {"fp32": 0.85, "bf16": 0.60}
+    mkl = max((samples[n].rate for n, (prec, lib, _) in gemm_meta.items()
+               if prec == "fp32" and lib == "torch.matmul"), default=None)
     for precision in ("fp32", "bf16"):
         achieved = step_flops / samples[f"pretextual {precision}"].median_seconds
         hf_achieved = step_flops / samples[f"hf {precision}"].median_seconds
@@ -125,6 +127,13 @@ def training_step(ws: Workspace, report: Report) -> None:
                        f"{mfu:.0%} ({achieved / 1e9:,.0f} GFLOP/s)",
                        f"{hf_mfu:.0%} ({hf_achieved / 1e9:,.0f} GFLOP/s)", mfu, f"{mfu:.0%}",
                        goals[precision], f">= {goals[precision]:.0%}"))
+    if mkl:
+        report.details.append(
+            f"MFU fp32 against torch.matmul's own best fp32 rate ({mkl / 1e9:,.0f} GFLOP/s, the "
+            f"BLAS torch calls by default) instead of the machine's best: pretextual "
+            f"{step_flops / samples['pretextual fp32'].median_seconds / mkl:.0%}, Hugging Face "
+            f"{step_flops / samples['hf fp32'].median_seconds / mkl:.0%} (the table uses the best "
+            f"rate any library reached, so this line is for comparison only).")
     report.details += [
         f"Training step: {s.describe()}; {predictions} MLM predictions per batch "
         f"({predictions / tokens:.1%} of the tokens); useful model FLOPs per step "
@@ -198,24 +207,36 @@ def end_to_end(ws: Workspace, report: Report) -> None:
     hf_optimizer = matching_optimizer(hf, trainer.optimizer)
     max_norm = trainer.cfg.trainer.max_grad_norm
     seen = {"pretextual": [0, 0], "hf": [0, 0]}  # real tokens, padded positions
+    waited = {"pretextual": 0.0, "hf": 0.0}  # seconds spent getting batches
+    spent = {"pretextual": 0.0, "hf": 0.0}  # seconds of whole steps (batch included)
+
+    def fetch(source, name):
+        start = time.perf_counter()
+        batch = next(source)
+        waited[name] += time.perf_counter() - start
+        return batch
 
     def pt(bf16):
         def run():
-            batch = to_device(next(pt_batches), device)
+            start = time.perf_counter()
+            batch = to_device(fetch(pt_batches, "pretextual"), device)
             real = int(batch["attention_mask"].sum())
             seen["pretextual"][0] += real
             seen["pretextual"][1] += batch["attention_mask"].numel()
             pretextual_step(trainer, batch, bf16)
+            spent["pretextual"] += time.perf_counter() - start
             return real
         return run
 
     def ref(bf16):
         def run():
-            batch = to_device(next(hf_batches), device)
+            start = time.perf_counter()
+            batch = to_device(fetch(hf_batches, "hf"), device)
             real = int(batch["attention_mask"].sum())
             seen["hf"][0] += real
             seen["hf"][1] += batch["attention_mask"].numel()
             hf_step(hf, hf_optimizer, batch, bf16, max_norm, device)
+            spent["hf"] += time.perf_counter() - start
             return real
         return run
 
@@ -233,5 +254,8 @@ def end_to_end(ws: Workspace, report: Report) -> None:
         f"DataCollatorForLanguageModeling, padded to the longest in the batch); pretextual's "
         f"roberta recipe (full sentences packed to {s.seq}). Share of real tokens in the batches "
         f"stepped: pretextual {seen['pretextual'][0] / max(1, seen['pretextual'][1]):.0%}, "
-        f"Hugging Face {seen['hf'][0] / max(1, seen['hf'][1]):.0%}. "
+        f"Hugging Face {seen['hf'][0] / max(1, seen['hf'][1]):.0%}. Time spent getting the next "
+        f"batch (DataLoader, no workers: collate + masking in the main process), as a share of "
+        f"the step: pretextual {waited['pretextual'] / max(spent['pretextual'], 1e-9):.2%}, "
+        f"Hugging Face {waited['hf'] / max(spent['hf'], 1e-9):.2%}. "
         + cpu_share_line(samples, list(cases)))

@@ -26,7 +26,8 @@ def test_smoke_run_writes_every_comparison(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     text = out.read_text(encoding="utf-8")
     assert "python -m benchmarks --smoke" in text
-    for row in ("training step, fp32", "training step, bf16", "end to end on the embedded corpus",
+    for row in ("training step, fp32", "training step, bf16 autocast on both sides",
+                "pretextual bf16 against Hugging Face fp32", "end to end on the embedded corpus",
                 "masking, MLM 80/10/10", "masking, whole-word masking",
                 "inference latency, batch 1", "ONNX fused, dynamic int8", "model FLOP utilisation",
                 "corpus preparation"):
