@@ -90,6 +90,8 @@ class TrainerConfig:
     """Gradient clipping norm (0 disables)."""
     bf16: bool = False
     """Run the forward pass under bf16 autocast."""
+    compile: bool = False
+    """Compile the encoder with torch.compile (same losses as eager; the first steps pay for the compilation)."""
     eval_every: int = 100
     """Evaluate on the held-out split every N steps (and at the end); 0 only at the end."""
     eval_batches: int = 10

@@ -61,6 +61,16 @@ def _decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def _fused_adamw_supported(device: torch.device) -> bool:
+    """Whether torch has a fused (one kernel for all parameters) AdamW for ``device``:
+    on the CPU it is about 7x faster than the default foreach implementation."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:  # a torch without the helper: keep the default implementation
+        return False
+    return device.type in _get_fused_kernels_supported_devices()
+
+
 class _MixForward(torch.nn.Module):
     """The whole forward of a step (encoder, heads, objectives) as one module, so
     DistributedDataParallel can wrap it and synchronise gradients in backward."""
@@ -120,6 +130,9 @@ class Trainer:
 
         torch.manual_seed(seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
+        if cfg.trainer.compile:
+            # In place, before any DDP/FSDP wrap: parameter names and the state dict stay as they are.
+            self.model.bert.compile()
         self.forward = _MixForward(self.model, self.mix)
         if cfg.trainer.fsdp and self.world.enabled:
             # FSDP2: each layer's parameters, gradients and optimizer state sharded over ranks.
@@ -135,7 +148,7 @@ class Trainer:
         t = cfg.trainer
         self.optimizer = torch.optim.AdamW(
             _decay_groups(self.model, t.weight_decay), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2),
-            eps=t.adam_eps)
+            eps=t.adam_eps, fused=_fused_adamw_supported(self.device) or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step = 0
         # "time" in metrics.jsonl: seconds since the run started, continued across resumes.
@@ -278,8 +291,9 @@ class Trainer:
         logs_sum: dict[str, torch.Tensor] = {}
         tokens = 0
         for a in range(accum):
-            batch = self._to_device(next(loader))
-            tokens += int(batch["attention_mask"].sum())
+            batch = next(loader)
+            tokens += int(batch["attention_mask"].sum())  # on the host: no device sync
+            batch = self._to_device(batch)
             # Synchronise gradients across processes only on the last micro-batch of the step.
             with self._gradient_sync(a == accum - 1):
                 with self._autocast():

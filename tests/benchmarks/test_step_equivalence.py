@@ -212,11 +212,13 @@ def test_same_losses_as_hugging_face_bert_for_pretraining(trainer):
 
 
 def test_compiled_encoder_gives_the_same_losses(trainer):
-    """torch.compile of the encoder (what a trainer.compile option does) gives the same
-    losses as eager: the fast paths step aside under compilation (plain F.linear and
-    SDPA), so the compiled graph computes the same function."""
-    eager, compiled = trainer(), trainer()
-    compiled.model.bert.compile()  # in place: parameter names and the state dict unchanged
+    """trainer.compile=true (torch.compile of the encoder) gives the same losses as eager:
+    the fast paths step aside under compilation (plain F.linear and SDPA), so the
+    compiled graph computes the same function."""
+    eager, compiled = trainer(), trainer("trainer.compile=true")
+    # nn.Module.compile() keeps the module and stores the compiled call beside it.
+    assert compiled.model.bert._compiled_call_impl is not None
+    assert eager.model.bert._compiled_call_impl is None
     try:
         for batch in batches(eager, "full"):  # one shape: one compilation
             expected = optimised_step(eager, batch, False)
