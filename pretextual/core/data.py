@@ -15,6 +15,7 @@ masks are dynamic, reproducible in any DataLoader worker, and resuming at step
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import mmap
 import os
@@ -341,27 +342,39 @@ def full_sentences(max_seq_length: int, vocab: Vocab) -> ExampleBuilder:
     return build
 
 
+@functools.lru_cache(maxsize=8)
+def _special_table(vocab: Vocab) -> np.ndarray:
+    """A [vocab.size] boolean lookup table of the special ids, built once per vocabulary
+    (Vocab is frozen, so hashable)."""
+    table = np.zeros(vocab.size, dtype=bool)
+    table[list(vocab.special_ids)] = True
+    return table
+
+
 def collate(examples: Sequence[Example], vocab: Vocab, pad_to_multiple_of: int = 8) -> Batch:
     """Pad 1-D arrays to the longest example (rounded up), stack scalar labels,
     and add attention_mask and special_tokens_mask."""
-    longest = max(len(e["input_ids"]) for e in examples)
-    length = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+    lengths = np.fromiter((len(e["input_ids"]) for e in examples), dtype=np.int64,
+                          count=len(examples))
+    length = -(-int(lengths.max()) // pad_to_multiple_of) * pad_to_multiple_of
+    real = np.arange(length)[None, :] < lengths[:, None]  # [batch, length]: not padding
+    total = int(lengths.sum())
     batch: Batch = {}
     for key, value in examples[0].items():
         if np.ndim(value) == 0:
             batch[key] = torch.tensor([e[key] for e in examples])
             continue
         fill = {"input_ids": vocab.pad_id, "word_starts": 1}.get(key, 0)
-        out = np.full((len(examples), length), fill, dtype=np.int64)
-        for row, e in enumerate(examples):
-            out[row, :len(e[key])] = e[key]
+        values = np.concatenate([e[key] for e in examples])
+        if len(values) != total:
+            raise ValueError(f"collate: every per-token array of an example must be as long as "
+                             f"its input_ids; {key!r} is not")
+        out = np.full((len(examples), length), fill, dtype=bool if key == "word_starts" else np.int64)
+        out[real] = values  # a boolean mask assigns in row-major order, the concatenation's
         batch[key] = torch.from_numpy(out)
-    lengths = torch.tensor([len(e["input_ids"]) for e in examples])
-    batch["attention_mask"] = (torch.arange(length)[None, :] < lengths[:, None]).long()
-    special = torch.zeros(vocab.size, dtype=torch.bool)
-    special[list(vocab.special_ids)] = True
-    batch["special_tokens_mask"] = special[batch["input_ids"]] & batch["attention_mask"].bool()
-    batch["word_starts"] = batch["word_starts"].bool()
+    batch["attention_mask"] = torch.from_numpy(real.astype(np.int64))
+    special = _special_table(vocab)[batch["input_ids"].numpy()] & real
+    batch["special_tokens_mask"] = torch.from_numpy(special)
     return batch
 
 

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from pretextual.core.corpus import embedded_corpus, read_corpus, split_sentences
-from pretextual.core.data import Batches, TokenizedDocuments, full_sentences
+from pretextual.core.data import Batches, TokenizedDocuments, collate, full_sentences
 from pretextual.core.prepare import tokenized_corpus
 from pretextual.core.tokenizer import train_wordpiece, vocab_of
 from pretextual.core.trainer import Trainer
+from pretextual.plugins.api import Vocab
 from pretextual.errors import DataError
 
 
@@ -70,6 +71,29 @@ def test_full_sentences_packs_up_to_the_length_and_splits_long_sentences():
     assert all(e["input_ids"][0] == vocab.cls_id and e["input_ids"][-1] == vocab.sep_id for e in examples)
     body = np.concatenate([e["input_ids"][1:-1] for e in examples])
     assert len(body) == len(docs.ids)  # nothing dropped, nothing repeated
+
+
+def test_collate_pads_masks_and_stacks():
+    vocab = Vocab(size=10, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4, special_ids=(0, 1, 2, 3, 4))
+    examples = [{"input_ids": np.array([2, 7, 8, 3]), "token_type_ids": np.array([0, 0, 1, 1]),
+                 "word_starts": np.array([1, 1, 0, 1], np.uint8), "label": 1},
+                {"input_ids": np.array([2, 9, 3]), "token_type_ids": np.array([0, 0, 0]),
+                 "word_starts": np.array([1, 1, 1], np.uint8), "label": 0}]
+    batch = collate(examples, vocab, pad_to_multiple_of=3)
+    assert batch["input_ids"].tolist() == [[2, 7, 8, 3, 0, 0], [2, 9, 3, 0, 0, 0]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]]
+    assert batch["special_tokens_mask"].tolist() == [[True, False, False, True, False, False],
+                                                    [True, False, True, False, False, False]]
+    assert batch["word_starts"].tolist() == [[True, True, False, True, True, True],
+                                             [True, True, True, True, True, True]]
+    assert batch["label"].tolist() == [1, 0]
+    assert {k: str(v.dtype) for k, v in batch.items()} == {
+        "input_ids": "torch.int64", "token_type_ids": "torch.int64", "word_starts": "torch.bool",
+        "label": "torch.int64", "attention_mask": "torch.int64", "special_tokens_mask": "torch.bool"}
+    examples[1]["token_type_ids"] = np.array([0, 0])
+    with pytest.raises(ValueError, match="'token_type_ids'"):
+        collate(examples, vocab)
 
 
 def test_batches_are_a_function_of_seed_and_index(corpus_file, tmp_path):
