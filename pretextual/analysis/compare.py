@@ -1,5 +1,6 @@
-"""Runs side by side: steps, tokens seen, wall time and tokens/s, then each eval metric's
-final value and best value (with its step), one column per run."""
+"""Runs side by side: steps, tokens seen, wall time and tokens/s, each training loss term at
+the start and at the end of training, then each eval metric's final value and best value
+(with its step), one column per run."""
 
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from pretextual.analysis.metrics import Run, read_run
 from pretextual.analysis.plot import short_labels
 
 MISSING = "n/a"
+TRAIN_WINDOW = 0.1
+"""Share of the logged steps averaged for a training loss at the start and at the end: one
+step's loss is too noisy to say whether a term fell."""
 
 
 def lower_is_better(metric: str) -> bool:
@@ -28,14 +34,29 @@ class Summary:
     tokens: float
     wall_time: float
     tokens_per_s: float
+    train: dict[str, tuple[float, float]]
+    """Each training loss (``loss``, ``loss/<objective>``): its mean over the first and over
+    the last tenth of the logged steps."""
     final: dict[str, float]
     """Each eval metric at the last evaluation."""
     best: dict[str, tuple[float, int]]
     """Each eval metric's best value over the evaluations, and its step."""
 
 
+def start_and_end(values: list[float]) -> tuple[float, float]:
+    """Mean of the first and of the last tenth of ``values`` (at least one value each)."""
+    n = max(1, math.ceil(len(values) * TRAIN_WINDOW))
+    return float(np.mean(values[:n])), float(np.mean(values[-n:]))
+
+
 def summarize(run: Run, label: str) -> Summary:
     """The summary of one run."""
+    train = {}
+    for key in run.step_keys():
+        if key == "loss" or key.startswith("loss/"):
+            values = [v for v in run.series(key).values if math.isfinite(v)]
+            if values:
+                train[key] = start_and_end(values)
     final = {k: float(v) for k, v in run.evals[-1].items() if k.startswith("eval/")} \
         if run.evals else {}
     best = {}
@@ -47,7 +68,7 @@ def summarize(run: Run, label: str) -> Summary:
             value = pick(v for v, _ in points)
             best[metric] = (value, next(s for v, s in points if v == value))
     return Summary(label, run.last_step, run.tokens_seen, run.wall_time, run.tokens_per_s,
-                   final, best)
+                   train, final, best)
 
 
 def compare(run_dirs: Sequence[str | Path], labels: Sequence[str] | None = None) -> list[Summary]:
@@ -64,6 +85,9 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[list[str]]:
             ["tokens seen", *(f"{s.tokens:,.0f}" for s in summaries)],
             ["wall time (s)", *(f"{s.wall_time:.1f}" for s in summaries)],
             ["tokens/s", *(f"{s.tokens_per_s:,.0f}" for s in summaries)]]
+    for key in dict.fromkeys(k for s in summaries for k in s.train):
+        rows.append([f"{key} start -> end", *(f"{s.train[key][0]:.4f} -> {s.train[key][1]:.4f}"
+                                              if key in s.train else MISSING for s in summaries)])
     metrics = dict.fromkeys(k for s in summaries for k in list(s.final) + list(s.best))
     for metric in metrics:
         rows.append([f"{metric} final", *(f"{s.final[metric]:.4f}" if metric in s.final
