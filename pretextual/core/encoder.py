@@ -4,18 +4,15 @@ Module and parameter names follow Hugging Face's ``BertModel`` exactly, so a
 state dict moves between the two without renaming or reshaping and the same
 weights give the same outputs.
 
-Speed (measured in benchmarks/, see docs/benchmarks.md), without changing what
-is computed:
+What differs from a textbook BERT is only how fast it runs, never what it
+computes (measured in benchmarks/, see docs/benchmarks.md):
 
-* fp32 linear layers on the CPU run their three GEMMs (forward, input and
-  weight gradients) through oneDNN, which uses AVX-512 where the default BLAS
-  may not (:func:`linear`); ``PRETEXTUAL_ONEDNN_LINEAR=0`` turns this off;
+* linear layers and dropout go through :mod:`pretextual.core.fastpath`
+  (oneDNN GEMMs and NumPy dropout masks on the CPU);
 * query, key and value are one GEMM on the concatenated weights (the
   parameters stay three ``nn.Linear``, as Hugging Face names them);
 * the attention mask becomes an additive bias once per forward pass, and is
   dropped when no position is padding (CPU), so attention skips the masking;
-* hidden-state dropout draws its mask with NumPy on the CPU (:func:`dropout`),
-  about 3x faster than torch's bernoulli_;
 * under ``torch.export`` (ONNX) attention is written out as
   matmul / scale / add mask / softmax / matmul, the pattern onnxruntime's
   transformer optimizer fuses into its Attention kernel.
@@ -24,13 +21,13 @@ is computed:
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from pretextual.core.fastpath import Dropout, exporting, linear, tracing
 
 
 @dataclass
@@ -76,151 +73,6 @@ def preset_config(name: str, **overrides) -> EncoderConfig:
     return EncoderConfig(**fields)
 
 
-# --- fast paths -------------------------------------------------------------------------------
-
-ONEDNN_ENV = "PRETEXTUAL_ONEDNN_LINEAR"
-_onednn_op = None  # torch.ops.mkldnn._linear_pointwise once checked, False when unusable
-
-
-def _onednn_linear_op():
-    """oneDNN's linear on ordinary strided tensors, checked once; None when this
-    torch lacks it, it disagrees with F.linear, or ``PRETEXTUAL_ONEDNN_LINEAR=0``."""
-    global _onednn_op
-    if _onednn_op is None:
-        _onednn_op = False
-        op = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
-        if (op is not None and os.environ.get(ONEDNN_ENV, "1") != "0"
-                and torch.backends.mkldnn.is_available()):
-            try:
-                g = torch.Generator().manual_seed(0)
-                x, w = torch.randn(5, 12, generator=g), torch.randn(7, 12, generator=g)
-                b, y = torch.randn(7, generator=g), torch.randn(5, 7, generator=g)
-                # The three uses: forward, input gradient (transposed weight), weight
-                # gradient (both operands transposed views).
-                if (torch.allclose(op(x, w, b, "none", [], ""), F.linear(x, w, b), atol=1e-5)
-                        and torch.allclose(op(y, w.t(), None, "none", [], ""), y @ w, atol=1e-5)
-                        and torch.allclose(op(y.t(), x.t(), None, "none", [], ""), y.t() @ x,
-                                           atol=1e-5)):
-                    _onednn_op = op
-            except Exception:  # not built in, or another signature: keep the default path
-                pass
-    return _onednn_op or None
-
-
-def set_onednn_linear(enabled: bool) -> None:
-    """Turn the oneDNN path of :func:`linear` on (when available) or off for this process."""
-    global _onednn_op
-    _onednn_op = None if enabled else False
-
-
-def _autocast_enabled(device_type: str) -> bool:
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except TypeError:  # torch < 2.4
-        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
-
-
-def _autocast_dtype(device_type: str) -> torch.dtype:
-    try:
-        return torch.get_autocast_dtype(device_type)
-    except AttributeError:  # torch < 2.4
-        return torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
-
-
-def _tracing() -> bool:
-    """Under torch.compile, torch.export or the ONNX exporters (plain aten ops only there)."""
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None:
-        if getattr(compiler, "is_compiling", lambda: False)():
-            return True
-        if getattr(compiler, "is_exporting", lambda: False)():
-            return True
-    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
-
-
-def _exporting() -> bool:
-    compiler = getattr(torch, "compiler", None)
-    exporting = getattr(compiler, "is_exporting", lambda: False)() if compiler is not None else False
-    return exporting or torch.onnx.is_in_onnx_export()
-
-
-class _OneDNNLinear(torch.autograd.Function):
-    """y = x W^T + b with every GEMM (forward and both gradients) through oneDNN."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        op = _onednn_linear_op()
-        # Dense rows: oneDNN is slow on operands with unusual strides (a [:, 0] slice).
-        x2 = x.reshape(-1, x.shape[-1]).contiguous()
-        y = op(x2, weight, bias, "none", [], "")
-        ctx.save_for_backward(x2, weight)
-        ctx.has_bias = bias is not None
-        return y.view(*x.shape[:-1], weight.shape[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        op = _onednn_linear_op()
-        x2, weight = ctx.saved_tensors
-        g2 = grad.reshape(-1, grad.shape[-1]).contiguous()
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_x = op(g2, weight.t(), None, "none", [], "").view(*grad.shape[:-1], weight.shape[1])
-        if ctx.needs_input_grad[1]:
-            grad_w = op(g2.t(), x2.t(), None, "none", [], "")
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = g2.sum(0)
-        return grad_x, grad_w, grad_b
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``; fp32 on the CPU goes through oneDNN (same
-    result within float rounding, faster where the default BLAS lacks AVX-512).
-    Autocast, other devices and dtypes, and compiled or exported code take F.linear."""
-    if (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and x.numel() > 0 and not _autocast_enabled("cpu") and not _tracing()
-            and _onednn_linear_op() is not None):
-        return _OneDNNLinear.apply(x, weight, bias)
-    return F.linear(x, weight, bias)
-
-
-class _Dropout(torch.autograd.Function):
-    """Inverted dropout with its keep mask drawn by NumPy (PCG64, float32 uniforms,
-    so the drop probability is exact to 2^-24), seeded from torch's generator."""
-
-    @staticmethod
-    def forward(ctx, x, p):
-        seed = int(torch.randint(0, 2**62, (1,)).item())  # torch.manual_seed governs the stream
-        uniform = np.random.Generator(np.random.PCG64(seed)).random(tuple(x.shape), dtype=np.float32)
-        keep = torch.from_numpy(uniform >= p)
-        scale = 1.0 / (1.0 - p)
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return x.mul(keep).mul_(scale)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (keep,) = ctx.saved_tensors
-        return grad.mul(keep).mul_(ctx.scale), None
-
-
-def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """``F.dropout(x, p, training)``: the same distribution (each element zeroed with
-    probability p, the rest scaled by 1/(1-p)). On the CPU the mask comes from NumPy,
-    about 3x faster than torch's bernoulli_, which was a fifth of a bf16 training step."""
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu" or p >= 1.0 or _tracing():
-        return F.dropout(x, p, True)
-    return _Dropout.apply(x, p)
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout (same name and no state, so Hugging Face's layout is kept) using :func:`dropout`."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return dropout(x, self.p, self.training)
-
-
 def attention_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """The additive attention bias [batch, 1, 1, seq] of a 0/1 or boolean key mask
     (0 where a key may be attended to, the dtype's minimum where not, so a row with
@@ -232,7 +84,7 @@ def attention_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> t
         attention_mask = attention_mask[:, None, None, :]
     if attention_mask.dtype == torch.bool or not attention_mask.is_floating_point():
         keep = attention_mask.bool()
-        if keep.device.type == "cpu" and not _tracing() and bool(keep.all()):
+        if keep.device.type == "cpu" and not tracing() and bool(keep.all()):
             return None  # nothing to mask; checking costs no device sync on the CPU
         return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(
             ~keep, torch.finfo(dtype).min)
@@ -259,7 +111,7 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        if _exporting():  # [batch, seq] position ids: the form onnxruntime's embedding fusion reads
+        if exporting():  # [batch, seq] position ids: the form onnxruntime's embedding fusion reads
             positions = positions[None, :].expand_as(input_ids)
         x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
              + self.token_type_embeddings(token_type_ids))
@@ -280,11 +132,12 @@ class BertSelfAttention(nn.Module):
         """``attn_mask``: None, a boolean [b, 1, 1, n] key mask (True: may attend), or
         an additive float mask broadcastable to [b, heads, n, n]."""
         b, n, h = x.shape
-        if _exporting():
+        if exporting():
             return self._explicit(x, attn_mask)
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             # An additive mask in the dtype attention computes in (bf16 under autocast).
-            dtype = _autocast_dtype(x.device.type) if _autocast_enabled(x.device.type) else x.dtype
+            device = x.device.type
+            dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
             attn_mask = attn_mask.to(dtype)
         # One GEMM for query, key and value: [b, n, 3, heads, head_dim].
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
@@ -364,7 +217,7 @@ class BertEncoder(nn.Module):
 
     def forward(self, x, attn_mask):
         """``attn_mask``: None, a boolean [b, 1, 1, n] key mask, or an additive mask."""
-        if attn_mask is not None and attn_mask.dtype == torch.bool and not _exporting():
+        if attn_mask is not None and attn_mask.dtype == torch.bool and not exporting():
             attn_mask = attention_bias(attn_mask, x.dtype)  # once, not once per layer
         for layer in self.layer:
             x = layer(x, attn_mask)
@@ -429,5 +282,5 @@ def non_embedding_parameters(model: BertModel) -> int:
 
 
 __all__ = ["EncoderConfig", "EncoderOutput", "BertModel", "PRESETS", "preset_config",
-           "count_parameters", "non_embedding_parameters", "linear", "attention_bias",
-           "set_onednn_linear", "dropout", "Dropout"]
+           "count_parameters", "non_embedding_parameters", "attention_bias",
+           "linear"]  # linear: re-exported for heads that share the encoder's fast path

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pretextual.core import encoder as encoder_module
+from pretextual.core import fastpath
 from pretextual.core.trainer import Trainer
 from pretextual.objectives import mlm as mlm_module
 
@@ -172,8 +172,8 @@ def test_gradients_match_the_straightforward_ones(trainer):
 def test_fallback_paths_agree_with_the_fast_ones(trainer, monkeypatch):
     """oneDNN linear layers off (F.linear everywhere) gives the same losses."""
     fast = trainer()
-    monkeypatch.setattr(encoder_module, "_onednn_op", False)
-    assert encoder_module._onednn_linear_op() is None
+    monkeypatch.setattr(fastpath, "_onednn_op", False)
+    assert fastpath._onednn_linear_op() is None
     plain = trainer()
     for batch in batches(fast, "padded"):
         assert optimised_step(fast, batch, False) == pytest.approx(
@@ -236,12 +236,12 @@ def test_fast_dropout_has_dropouts_distribution_and_gradient():
     p = 0.1
     x = torch.ones(1000, 1000, requires_grad=True)
     torch.manual_seed(0)
-    y = encoder_module.dropout(x, p, True)
+    y = fastpath.dropout(x, p, True)
     dropped = float((y == 0).float().mean())
     assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / x.numel())  # 5 sigma
     assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / (1 - p)))
     y.sum().backward()
     assert torch.equal(x.grad, y.detach())
     torch.manual_seed(0)
-    assert torch.equal(encoder_module.dropout(x, p, True), y)
-    assert encoder_module.dropout(x, p, False) is x
+    assert torch.equal(fastpath.dropout(x, p, True), y)
+    assert fastpath.dropout(x, p, False) is x
