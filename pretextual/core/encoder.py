@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pretextual.core.fastpath import Dropout, exporting, linear, tracing
+from pretextual.core.fastpath import Dropout, attention, exporting, linear, tracing
 
 
 @dataclass
@@ -144,8 +144,7 @@ class BertSelfAttention(nn.Module):
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
         qkv = linear(x, weight, bias).view(b, n, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [b, heads, n, head_dim]
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0)
+        y = attention(q, k, v, attn_mask, self.dropout_p if self.training else 0.0)
         return y.transpose(1, 2).reshape(b, n, h)
 
     def _explicit(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:

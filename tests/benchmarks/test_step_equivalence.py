@@ -245,3 +245,31 @@ def test_fast_dropout_has_dropouts_distribution_and_gradient():
     torch.manual_seed(0)
     assert torch.equal(fastpath.dropout(x, p, True), y)
     assert fastpath.dropout(x, p, False) is x
+
+
+@pytest.mark.parametrize("mask", ["none", "additive", "boolean"])
+def test_attention_with_dropout_is_the_written_out_computation(mask):
+    """fastpath.attention with dropout (its own CPU path) computes
+    dropout(softmax(q k^T / sqrt(d) + bias)) v with dropout's mask, forward and backward."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 4, generator=g, requires_grad=True) for _ in range(3))
+    keep = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    keep[1, ..., 5:] = False
+    bias = {"none": None, "additive": torch.zeros(keep.shape).masked_fill(~keep, -1e9),
+            "boolean": keep}[mask]
+    torch.manual_seed(3)
+    got = fastpath.attention(q, k, v, bias, 0.25)
+    torch.manual_seed(3)
+    dropped = fastpath.dropout(torch.ones(2, 3, 7, 7), 0.25, True)  # the same draw
+    scores = q @ k.transpose(-1, -2) / 2.0
+    if mask != "none":
+        scores = scores.masked_fill(~keep, float("-inf"))
+    expected = (torch.softmax(scores, -1) * dropped) @ v
+    assert (got - expected).abs().max() < 1e-5
+    upstream = torch.randn(got.shape, generator=g)
+    grads = torch.autograd.grad(got, (q, k, v), upstream)
+    reference = torch.autograd.grad(expected, (q, k, v), upstream)
+    assert all((a - b).abs().max() < 1e-5 for a, b in zip(grads, reference))
+    assert float((dropped == 0).float().mean()) > 0  # some were dropped
+    assert torch.equal(fastpath.attention(q, k, v, bias, 0.0),
+                       F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
