@@ -23,6 +23,7 @@ from pretextual.core.config import to_yaml
 from pretextual.core.data import Batches, full_sentences, split_documents
 from pretextual.core import distributed as dist_utils
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
+from pretextual.core.fastpath import keep_freed_memory
 from pretextual.core.mix import ObjectiveMix, PretrainingModel
 from pretextual.core.prepare import tokenized_corpus
 from pretextual.core.tokenizer import has_word_boundaries, vocab_of
@@ -89,6 +90,8 @@ class Trainer:
     def __init__(self, cfg: DictConfig, plugins: Plugins | None = None, log=print):
         self.cfg = cfg
         self.device = dist_utils.device_for(cfg.trainer.device)
+        if self.device.type == "cpu":
+            keep_freed_memory()  # no page faults on each step's large activations
         self.world = dist_utils.init_world(self.device)
         self.log = log if self.world.is_main else (lambda *_: None)
         self.plugins = plugins or Plugins.from_config(cfg)
