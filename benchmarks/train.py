@@ -140,7 +140,9 @@ def training_step(ws: Workspace, report: Report) -> None:
         f"{step_flops / 1e9:,.1f} GFLOP (per token {step_flops / tokens / 1e6:,.1f} MFLOP).",
         f"Optimizer (both sides): {optimizer_description(trainer.optimizer)}; gradient clipping "
         f"at {max_norm} (the fused AdamW is also what Hugging Face's Trainer picks by default, "
-        f"optim=\"adamw_torch_fused\"). Hugging Face attention: {hf_attention(hf)}.",
+        f"optim=\"adamw_torch_fused\"). Hugging Face attention: {hf_attention(hf)}. Memory "
+        f"allocator (both sides, one process): glibc malloc keeping freed memory for reuse, set "
+        f"process-wide by pretextual's Trainer on the CPU (pretextual.core.fastpath.keep_freed_memory).",
         "Matmul peak measured in the same rounds: " + "; ".join(
             f"{p}: {peak[p].describe()}" for p in ("fp32", "bf16")) + ". All measured GEMMs: "
         + ", ".join(f"{name[5:]} {samples[name].rate / 1e9:,.0f}" for name in gemm_meta)
