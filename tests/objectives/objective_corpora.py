@@ -19,6 +19,7 @@ from pretextual.core.data import TokenizedDocuments, collate, full_sentences, si
 from pretextual.core.encoder import EncoderConfig
 from pretextual.core.tokenizer import has_word_boundaries, vocab_of
 from pretextual.plugins.api import BuildContext, Vocab
+from run_helpers import TOPICS, VERBS
 
 SYLLABLES = "ka lo mi ter ban sul pra ve dor qui nex ot ra fen glo ush".split()
 
@@ -135,3 +136,25 @@ def segments(example) -> tuple[np.ndarray, np.ndarray]:
     """Segments A and B of a [CLS] A [SEP] B [SEP] example."""
     ids, types = example["input_ids"], example["token_type_ids"]
     return ids[types == 0][1:-1], ids[types == 1][:-1]
+
+
+NAMES = "anna boris clara dmitri elena felix greta hugo iris jonas karl lena".split()
+TIMES = "dawn morning noon afternoon dusk evening night midnight".split()
+
+
+def write_story_corpus(path, documents: int = 240):
+    """Text in which every shipped objective learns within a few hundred tiny steps.
+
+    Each document is one person's day: a sentence per time of day, "At dawn anna sees the
+    tree.", naming the person in every sentence (so a random next segment usually names
+    someone else) and opening with the time (so the order of two segments shows). The text
+    is fixed by the person and the time, so masked words are soon predicted and the pair
+    heads, which only learn once masked-word prediction has settled, start early."""
+    topics = [words.split() for words in TOPICS.values()]
+    lines = []
+    for d in range(documents):
+        words, name = topics[d % len(topics)], NAMES[d % len(NAMES)]
+        lines += [f"At {when} {name} {VERBS[t]} the {words[t]}." for t, when in enumerate(TIMES)]
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
