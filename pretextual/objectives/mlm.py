@@ -112,7 +112,7 @@ class _VocabCrossEntropy(torch.autograd.Function):
     Equal to ``F.cross_entropy(F.linear(x, weight, bias).float(), target)``
     (and ``argmax == target``), computed as: one GEMM for the logits (in
     autocast's dtype when it is on, as F.linear would), then row chunks of a
-    few MB, each while it is in cache: max and argmax, exp, row sums, the
+    few MB, each while it is in cache: max, exp, row sums, the
     log-sum-exp, the loss, and, when a gradient is wanted, the gradient of the
     mean loss with respect to the logits (softmax - one-hot) / n, written over
     the logits. Backward is two GEMMs and a sum, scaled by the incoming
@@ -142,8 +142,8 @@ class _VocabCrossEntropy(torch.autograd.Function):
                 if late_bias is not None:
                     chunk = chunk.float().add_(late_bias)  # a copy; fp32 logits are worked in place
                 picked = chunk.gather(1, t).squeeze(1)
-                top, arg = chunk.max(1)
-                hits[start:stop] = arg == t.squeeze(1)
+                top = chunk.amax(1)  # max(1) also finds the index: 18x slower on the CPU
+                hits[start:stop] = picked >= top  # the target holds the highest logit
                 chunk.sub_(top[:, None]).exp_()
                 total = chunk.sum(1)
                 losses[start:stop] = top + total.log() - picked
@@ -189,7 +189,7 @@ def select_tokens(batch: Batch, mask_prob: float, generator: torch.Generator) ->
     row goes without a prediction. Returns a boolean [batch, seq] mask.
     """
     scores = torch.rand(batch["input_ids"].shape, generator=generator)
-    if _on_cpu(batch, "attention_mask", "special_tokens_mask"):
+    if on_cpu(batch, "attention_mask", "special_tokens_mask"):
         return torch.from_numpy(_select_numpy(batch["attention_mask"].numpy(),
                                               batch["special_tokens_mask"].numpy(),
                                               scores.numpy(), mask_prob))
@@ -209,7 +209,8 @@ def select_tokens(batch: Batch, mask_prob: float, generator: torch.Generator) ->
 # about a microsecond per op. Randomness still comes from the torch.Generator, drawn
 # in the same order, so batches stay a pure function of the seed.
 
-def _on_cpu(batch: Batch, *keys: str) -> bool:
+def on_cpu(batch: Batch, *keys: str) -> bool:
+    """Whether ``batch[key]`` for each key is a CPU tensor outside autograd (the NumPy paths apply)."""
     return all(batch[k].device.type == "cpu" and not batch[k].requires_grad for k in keys)
 
 
@@ -246,7 +247,7 @@ def replace_selected(batch: Batch, selected: torch.Tensor, vocab: Vocab, mask_ra
     draw = torch.rand(input_ids.shape, generator=generator)
     ordinary = _ordinary_ids(vocab)
     draws = torch.randint(len(ordinary), input_ids.shape, generator=generator)
-    if _on_cpu(batch, "input_ids") and selected.device.type == "cpu" and (
+    if on_cpu(batch, "input_ids") and selected.device.type == "cpu" and (
             group is None or group.device.type == "cpu"):
         ids, chosen, d = input_ids.numpy(), selected.numpy(), draw.numpy()
         if group is not None:

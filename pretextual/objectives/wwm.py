@@ -17,11 +17,12 @@ The budget is a share of the pieces, not of the words: on average
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from pretextual.errors import ConfigError
-from pretextual.objectives.mlm import (MLMHead, MLMOptions, check_masking_options, masked_lm_loss,
-                                       replace_selected)
+from pretextual.objectives.mlm import (MLMHead, MLMOptions, on_cpu, check_masking_options,
+                                       masked_lm_loss, replace_selected)
 from pretextual.plugins.api import Batch, BuildContext, Objective, ObjectiveSpec
 from pretextual.plugins.hookspecs import hookimpl
 
@@ -53,6 +54,8 @@ def select_words(batch: Batch, mask_prob: float, generator: torch.Generator
     Returns ``(selected, word)``: a boolean [batch, seq] mask and the word
     index of every position (for a per-word replacement decision).
     """
+    if on_cpu(batch, "attention_mask", "special_tokens_mask", "word_starts"):
+        return _select_words_numpy(batch, mask_prob, generator)
     word, candidates = word_index(batch)
     pieces = torch.zeros_like(word).scatter_add_(1, word, candidates.long())  # per word index
     score = torch.rand(word.shape, generator=generator).masked_fill_(pieces == 0, 2.0)
@@ -64,6 +67,34 @@ def select_words(batch: Batch, mask_prob: float, generator: torch.Generator
     take = ((midpoint < budget) | first_in_order) & (pieces_in_order > 0)
     chosen = torch.zeros_like(take).scatter_(1, order, take)  # back to word-index order
     return chosen.gather(1, word) & candidates, word
+
+
+def _select_words_numpy(batch: Batch, mask_prob: float, generator: torch.Generator
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """select_words in NumPy, from the same draw (as mlm's masking does on the CPU: each
+    torch op on a [batch, seq] tensor costs microseconds of dispatch)."""
+    candidates = ((batch["attention_mask"].numpy() != 0)
+                  & ~batch["special_tokens_mask"].numpy().astype(bool))
+    starts = batch["word_starts"].numpy().astype(bool) | ~candidates
+    starts[:, 1:] |= ~candidates[:, :-1]
+    word = np.cumsum(starts, axis=1, dtype=np.int64) - 1
+    rows, length = word.shape
+    row = np.arange(rows)[:, None]
+    pieces = np.bincount((word + length * row)[candidates], minlength=rows * length
+                         ).reshape(rows, length)  # ordinary pieces per word index
+    score = torch.rand(word.shape, generator=generator).numpy()
+    score[pieces == 0] = 2.0
+    order = np.argsort(score, axis=1)
+    pieces_in_order = pieces[row, order]
+    # float32, as torch computes them
+    midpoint = (np.cumsum(pieces_in_order, axis=1).astype(np.float32)
+                - pieces_in_order.astype(np.float32) / np.float32(2))
+    budget = candidates.sum(1, keepdims=True).astype(np.float32) * np.float32(mask_prob)
+    take = (midpoint < budget) & (pieces_in_order > 0)
+    take[:, 0] = pieces_in_order[:, 0] > 0
+    chosen = np.zeros_like(take)
+    chosen[row, order] = take  # back to word-index order
+    return torch.from_numpy(chosen[row, word] & candidates), torch.from_numpy(word)
 
 
 def build(options: MLMOptions, context: BuildContext) -> Objective:
