@@ -281,5 +281,4 @@ def non_embedding_parameters(model: BertModel) -> int:
 
 
 __all__ = ["EncoderConfig", "EncoderOutput", "BertModel", "PRESETS", "preset_config",
-           "count_parameters", "non_embedding_parameters", "attention_bias",
-           "linear"]  # linear: re-exported for heads that share the encoder's fast path
+           "count_parameters", "non_embedding_parameters", "attention_bias"]

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pretextual.core.encoder import BertModel, linear
+from pretextual.core.encoder import BertModel
+from pretextual.core.fastpath import linear
 from pretextual.errors import ConfigError
 from pretextual.plugins.api import (Batch, BuildContext, Objective, ObjectiveOutput, ObjectiveSpec,
                                     StepInputs, Vocab)
