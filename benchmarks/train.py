@@ -219,29 +219,25 @@ def end_to_end(ws: Workspace, report: Report) -> None:
         waited[name] += time.perf_counter() - start
         return batch
 
-    def pt(bf16):
+    def timed(name, batches, step):
+        """One end-to-end step of one side: fetch (timed apart), count real tokens, step."""
         def run():
             start = time.perf_counter()
-            batch = to_device(fetch(pt_batches, "pretextual"), device)
+            batch = to_device(fetch(batches, name), device)
             real = int(batch["attention_mask"].sum())
-            seen["pretextual"][0] += real
-            seen["pretextual"][1] += batch["attention_mask"].numel()
-            pretextual_step(trainer, batch, bf16)
-            spent["pretextual"] += time.perf_counter() - start
+            seen[name][0] += real
+            seen[name][1] += batch["attention_mask"].numel()
+            step(batch)
+            spent[name] += time.perf_counter() - start
             return real
         return run
 
+    def pt(bf16):
+        return timed("pretextual", pt_batches, lambda batch: pretextual_step(trainer, batch, bf16))
+
     def ref(bf16):
-        def run():
-            start = time.perf_counter()
-            batch = to_device(fetch(hf_batches, "hf"), device)
-            real = int(batch["attention_mask"].sum())
-            seen["hf"][0] += real
-            seen["hf"][1] += batch["attention_mask"].numel()
-            hf_step(hf, hf_optimizer, batch, bf16, max_norm, device)
-            spent["hf"] += time.perf_counter() - start
-            return real
-        return run
+        return timed("hf", hf_batches,
+                     lambda batch: hf_step(hf, hf_optimizer, batch, bf16, max_norm, device))
 
     cases = {"pretextual fp32": pt(False), "hf fp32": ref(False),
              "pretextual bf16": pt(True), "hf bf16": ref(True)}
