@@ -1,3 +1,4 @@
 from benchmarks.run import main
 
-main()
+if __name__ == "__main__":  # not again in the processes benchmarks.isolated spawns
+    main()

@@ -116,7 +116,7 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from pretextual.core.encoder import BertModel
-    from pretextual.core.fastpath import set_onednn_linear
+    from pretextual.core.fastpath import onednn_linear_active, set_onednn_linear
     from pretextual.core.trainer import encoder_config
     from pretextual.exporters.onnx import export_graph, quiet
 
@@ -166,7 +166,7 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
             try:
                 return eager()
             finally:
-                set_onednn_linear(True)
+                set_onednn_linear(None)  # back to pretextual's default choice
 
         def onnx_case(sess):
             def run():
@@ -180,9 +180,10 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
         samples = interleave(cases, s.repeats, s.warmup)
         base = 1.0 / samples["torch"].rate  # seconds per call
         default = 1.0 / samples["torch default linear"].rate
+        backend = "oneDNN" if onednn_linear_active() else "F.linear, as torch's"
         report.add(Row("3", f"inference latency, batch {batch} x {s.seq}: reference, torch eager "
-                            f"with torch's own F.linear (pretextual's oneDNN linear off); ratio: "
-                            f"pretextual eager's speed-up over it",
+                            f"with torch's own F.linear (pretextual's linear layers here: "
+                            f"{backend}); ratio: pretextual eager's speed-up over it",
                        f"torch eager {base * 1e3:,.2f} ms", f"{default * 1e3:,.2f} ms",
                        default / base, fmt_ratio(default / base)))
         goals = {"onnx": (None, ""),

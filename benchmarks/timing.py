@@ -1,6 +1,7 @@
 """Interleaved A/B timing and a description of the machine it ran on.
 
-Every comparison runs its cases in one process, round-robin: round ``r`` runs
+Every comparison runs its cases in one run, round-robin (a case may live in a
+process of its own, see benchmarks/isolated.py): round ``r`` runs
 each case once, in forward order on even rounds and reversed on odd rounds, so
 a slow spell of the machine (another process, a frequency change) lands on
 every case alike. Warm-up rounds run first and are not recorded. The result
@@ -51,7 +52,9 @@ class Samples:
 
 
 Case = Callable[[], float]
-"""One unit of a case's work; returns how much work it did (tokens, bytes, 1 for one call)."""
+"""One unit of a case's work; returns how much work it did (tokens, bytes, 1 for one call).
+A case with a ``timed()`` method instead (benchmarks.isolated.RemoteCase) runs in
+another process and returns its own (seconds, work, CPU seconds)."""
 
 
 def synchronize(device: torch.device) -> None:
@@ -67,11 +70,15 @@ def interleave(cases: dict[str, Case], repeats: int, warmup: int,
     for round_ in range(warmup + repeats):
         order = names if round_ % 2 == 0 else names[::-1]
         for name in order:
-            synchronize(device)
-            start, cpu = time.perf_counter(), time.process_time()
-            work = cases[name]()
-            synchronize(device)
-            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+            timed = getattr(cases[name], "timed", None)
+            if timed is not None:  # runs in a process of its own and times itself there
+                elapsed, work, cpu = timed()
+            else:
+                synchronize(device)
+                start, cpu = time.perf_counter(), time.process_time()
+                work = cases[name]()
+                synchronize(device)
+                elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
             if round_ >= warmup:
                 samples[name].seconds.append(elapsed)
                 samples[name].work.append(float(work))
@@ -126,7 +133,8 @@ def load_average() -> str:
 
 class OtherLoad:
     """How much of the machine other processes used while a section ran (Linux
-    /proc/stat): their CPU time over (wall time x cores). Near 0 on a quiet
+    /proc/stat): their CPU time over (wall time x cores); this process and the
+    children it has joined are not "other". Near 0 on a quiet
     machine; the numbers of a section run beside a busy process understate
     both sides, the many-small-op side (pretextual's) the most."""
 
@@ -143,8 +151,8 @@ class OtherLoad:
         ticks = os.sysconf("SC_CLK_TCK")
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
         busy = (sum(fields[:8]) - idle) / ticks  # user..steal, without guest (already in user)
-        t = os.times()
-        return busy, t.user + t.system, time.monotonic()
+        t = os.times()  # children: the ended processes of benchmarks.isolated, once joined
+        return busy, t.user + t.system + t.children_user + t.children_system, time.monotonic()
 
     def share(self) -> float | None:
         end = self._snapshot()

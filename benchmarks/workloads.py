@@ -139,6 +139,15 @@ class Workspace:
         return cls(sizes, device, root, docs, corpus_file, tokenizer_file, tokenizer,
                    vocab_of(tokenizer))
 
+    @classmethod
+    def reopen(cls, sizes: Sizes, device: torch.device, root: Path) -> "Workspace":
+        """The workspace another process created in ``root`` (same documents and tokenizer)."""
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+        return cls(sizes, device, root, corpus_documents(sizes), root / "corpus.txt",
+                   root / "tokenizer.json", tokenizer, vocab_of(tokenizer))
+
     @property
     def lines(self) -> list[str]:
         """The corpus line by line (one sentence a line), as Hugging Face's line_by_line reads it."""
@@ -177,10 +186,6 @@ def hf_model(kind: str, sizes: Sizes, vocab: Vocab, device: torch.device):
     return model.train()
 
 
-def hf_attention(model) -> str:
-    return getattr(model.config, "_attn_implementation", None) or "default"
-
-
 def decay_groups_like_hf(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Hugging Face Trainer's grouping: no weight decay on biases and LayerNorm weights."""
     decay, no_decay = [], []
@@ -189,18 +194,32 @@ def decay_groups_like_hf(model: torch.nn.Module, weight_decay: float) -> list[di
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def matching_optimizer(model: torch.nn.Module, reference: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """An optimizer for ``model`` with exactly ``reference``'s class and settings
-    (learning rate, betas, eps, weight decay, fused/foreach), so both frameworks
-    pay the same optimizer cost."""
-    defaults = dict(reference.defaults)
-    weight_decay = max(g.get("weight_decay", 0.0) for g in reference.param_groups)
-    defaults.pop("weight_decay", None)
-    # Keep only settings the constructor takes (some torch versions record extra defaults).
-    import inspect
-    accepted = set(inspect.signature(type(reference).__init__).parameters)
-    defaults = {k: v for k, v in defaults.items() if k in accepted}
-    return type(reference)(decay_groups_like_hf(model, weight_decay), **defaults)
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """An optimizer's class and settings without its parameters (picklable, so a
+    side built in another process gets the same optimizer)."""
+
+    cls: type
+    defaults: dict
+    weight_decay: float
+
+    @classmethod
+    def of(cls, reference: torch.optim.Optimizer) -> "OptimizerSpec":
+        """``reference``'s class and settings (learning rate, betas, eps, weight decay,
+        fused/foreach), so both frameworks pay the same optimizer cost."""
+        import inspect
+
+        defaults = dict(reference.defaults)
+        weight_decay = max(g.get("weight_decay", 0.0) for g in reference.param_groups)
+        defaults.pop("weight_decay", None)
+        # Keep only settings the constructor takes (some torch versions record extra defaults).
+        accepted = set(inspect.signature(type(reference).__init__).parameters)
+        return cls(type(reference), {k: v for k, v in defaults.items() if k in accepted},
+                   weight_decay)
+
+    def build(self, model: torch.nn.Module) -> torch.optim.Optimizer:
+        """The optimizer for ``model``, with Hugging Face Trainer's no-decay grouping."""
+        return self.cls(decay_groups_like_hf(model, self.weight_decay), **self.defaults)
 
 
 def optimizer_description(optimizer: torch.optim.Optimizer) -> str:

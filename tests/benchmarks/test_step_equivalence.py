@@ -1,7 +1,7 @@
 """The optimised training step gives the same losses as the straightforward one.
 
 "Optimised" is what pretextual runs: the Trainer's model, objective mix and
-optimizer (fused QKV GEMM, oneDNN linear layers on the CPU, the attention mask
+optimizer (fused QKV GEMM, oneDNN linear layers on non-Intel CPUs, the attention mask
 dropped when nothing is padded, the MLM loss fused and computed only at the
 labelled positions). "Straightforward" is written out below in plain torch:
 separate Q/K/V projections, explicit softmax attention with a boolean mask,
@@ -169,15 +169,36 @@ def test_gradients_match_the_straightforward_ones(trainer):
         assert (p.grad - expected).abs().max() / scale < 1e-4, name
 
 
-def test_fallback_paths_agree_with_the_fast_ones(trainer, monkeypatch):
-    """oneDNN linear layers off (F.linear everywhere) gives the same losses."""
-    fast = trainer()
-    monkeypatch.setattr(fastpath, "_onednn_op", False)
-    assert fastpath._onednn_linear_op() is None
-    plain = trainer()
-    for batch in batches(fast, "padded"):
-        assert optimised_step(fast, batch, False) == pytest.approx(
-            optimised_step(plain, batch, False), rel=1e-5, abs=1e-5)
+def test_fallback_paths_agree_with_the_fast_ones(trainer):
+    """oneDNN linear layers on (the default off Intel CPUs) and off (F.linear
+    everywhere, the default on them) give the same losses."""
+    fastpath.set_onednn_linear(True)
+    try:
+        if not fastpath.onednn_linear_active():
+            pytest.skip("this torch has no usable oneDNN linear")
+        onednn, plain = trainer(), trainer()
+        for batch in batches(onednn, "padded"):
+            fastpath.set_onednn_linear(True)
+            got = optimised_step(onednn, batch, False)
+            fastpath.set_onednn_linear(False)
+            assert not fastpath.onednn_linear_active()
+            assert got == pytest.approx(optimised_step(plain, batch, False), rel=1e-5, abs=1e-5)
+    finally:
+        fastpath.set_onednn_linear(None)
+
+
+def test_onednn_linear_is_chosen_by_cpu_vendor_unless_forced(monkeypatch):
+    """Default: oneDNN everywhere but on Intel CPUs (where MKL has its AVX-512
+    kernels); PRETEXTUAL_ONEDNN_LINEAR=1/0 overrides the choice."""
+    monkeypatch.delenv(fastpath.ONEDNN_ENV, raising=False)
+    monkeypatch.setattr(fastpath, "_onednn_forced", None)
+    for vendor, wanted in (("GenuineIntel", False), ("AuthenticAMD", True), ("", True)):
+        monkeypatch.setattr(fastpath, "cpu_vendor", lambda v=vendor: v)
+        assert fastpath.onednn_linear_wanted() is wanted
+        for setting, forced in (("1", True), ("0", False), ("auto", wanted)):
+            monkeypatch.setenv(fastpath.ONEDNN_ENV, setting)
+            assert fastpath.onednn_linear_wanted() is forced
+        monkeypatch.delenv(fastpath.ONEDNN_ENV)
 
 
 def test_same_losses_as_hugging_face_bert_for_pretraining(trainer):
