@@ -12,7 +12,9 @@ which must see plain aten ops.
   1.1-4x faster on the vocabulary projection, so F.linear stays.
   ``PRETEXTUAL_ONEDNN_LINEAR=1`` or ``0`` forces it on or off.
 * :func:`dropout` / :class:`Dropout`: inverted dropout with its keep mask
-  drawn by NumPy on the CPU, about 3x faster than torch's ``bernoulli_``.
+  drawn by NumPy on the CPU from 16-bit integers, about 4x faster than
+  torch's ``bernoulli_`` (a bf16 training step 7% faster than with float32
+  uniforms).
 * :func:`attention`: with dropout on the CPU, attention written out with
   :func:`dropout`'s mask instead of torch's math kernel and its ``bernoulli_``.
 * :func:`keep_freed_memory`: glibc's malloc keeps large freed blocks for reuse
@@ -173,18 +175,34 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
+def keep_mask(shape: tuple[int, ...], p: float, seed: int) -> torch.Tensor:
+    """A float32 dropout mask: 0 with probability ``p``, else the scale 1/(1-p).
+
+    The draws are 16-bit integers (NumPy PCG64), half the cost of float32
+    uniforms: the drop probability is p rounded to a multiple of 2^-16 (0.1 gives
+    0.1000061; FlashAttention's dropout rounds to 2^-8) and the scale is that of
+    the rounded probability, so the expected value is kept exactly. Where the
+    rounding would move p by more than 1% (p below about 1e-3), float32 uniforms
+    are drawn instead (p exact to 2^-24)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    threshold = round(p * 65536)
+    if threshold > 0 and abs(threshold - p * 65536) <= 0.01 * p * 65536:
+        draws, cut, kept = rng.integers(0, 65536, shape, dtype=np.uint16), threshold, 1 - threshold / 65536
+    else:
+        draws, cut, kept = rng.random(shape, dtype=np.float32), p, 1.0 - p
+    return torch.from_numpy(np.multiply(draws >= cut, np.float32(1.0 / kept), dtype=np.float32))
+
+
 class _Dropout(torch.autograd.Function):
-    """Inverted dropout with its mask drawn by NumPy (PCG64, float32 uniforms, so the
-    drop probability is exact to 2^-24), seeded from torch's generator. The mask is
-    kept as float32 0 or 1/(1-p): forward and backward are then one multiplication
-    (in float32 and rounded once, for bf16 as for ``x.mul(keep).mul_(scale)``)."""
+    """Inverted dropout with its mask from :func:`keep_mask`, seeded from torch's
+    generator. The mask is kept as float32 0 or 1/(1-p): forward and backward are
+    then one multiplication (in float32 and rounded once, for bf16 as for
+    ``x.mul(keep).mul_(scale)``)."""
 
     @staticmethod
     def forward(ctx, x, p):
         seed = int(torch.randint(0, 2**62, (1,)).item())  # torch.manual_seed governs the stream
-        uniform = np.random.Generator(np.random.PCG64(seed)).random(tuple(x.shape), dtype=np.float32)
-        mask = torch.from_numpy(np.multiply(uniform >= p, np.float32(1.0 / (1.0 - p)),
-                                            dtype=np.float32))
+        mask = keep_mask(tuple(x.shape), p, seed)
         ctx.save_for_backward(mask)
         return (x * mask).to(x.dtype)
 
@@ -196,8 +214,9 @@ class _Dropout(torch.autograd.Function):
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout(x, p, training)``: the same distribution (each element zeroed with
-    probability p, the rest scaled by 1/(1-p)). On the CPU the mask comes from NumPy,
-    about 2x faster than torch's bernoulli_, which was a fifth of a bf16 training step."""
+    probability p, the rest scaled by 1/(1-p); on the CPU p rounded to 2^-16, see
+    :func:`keep_mask`). On the CPU the mask comes from NumPy, 4x faster than
+    torch's bernoulli_, which was a fifth of a bf16 training step."""
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or p >= 1.0 or tracing():
@@ -249,5 +268,5 @@ class Dropout(nn.Dropout):
 
 
 __all__ = ["linear", "set_onednn_linear", "onednn_linear_active", "onednn_linear_wanted",
-           "cpu_vendor", "dropout", "Dropout", "attention", "keep_freed_memory",
+           "cpu_vendor", "keep_mask", "dropout", "Dropout", "attention", "keep_freed_memory",
            "tracing", "exporting"]

@@ -260,12 +260,25 @@ def test_fast_dropout_has_dropouts_distribution_and_gradient():
     y = fastpath.dropout(x, p, True)
     dropped = float((y == 0).float().mean())
     assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / x.numel())  # 5 sigma
-    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / (1 - p)))
+    # p is drawn at 2^-16 resolution (6554 / 65536) and the scale is that probability's,
+    # so the mean is kept exactly
+    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 65536 / (65536 - 6554)), rtol=1e-6)
+    assert abs(float(y.mean()) - 1.0) < 5 * math.sqrt(p / (1 - p) / x.numel())
     y.sum().backward()
     assert torch.equal(x.grad, y.detach())
     torch.manual_seed(0)
     assert torch.equal(fastpath.dropout(x, p, True), y)
     assert fastpath.dropout(x, p, False) is x
+
+
+def test_dropout_mask_keeps_small_probabilities():
+    """A p that 16-bit draws cannot hold within 1% (1e-4) is drawn from float32 uniforms."""
+    for p in (1e-4, 0.5, 0.9):
+        mask = fastpath.keep_mask((2000, 1000), p, seed=1)
+        dropped = float((mask == 0).float().mean())
+        assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / mask.numel()), p
+        assert abs(float(mask.mean()) - 1.0) < 5 * math.sqrt(p / (1 - p) / mask.numel()), p
+    assert torch.equal(fastpath.keep_mask((3, 5), 0.1, 7), fastpath.keep_mask((3, 5), 0.1, 7))
 
 
 @pytest.mark.parametrize("mask", ["none", "additive", "boolean"])
