@@ -18,11 +18,13 @@ text from the embedded corpus, all positions real (no padding).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks.isolated import Isolated
 from benchmarks.report import Report, Row, fmt_ratio
 from benchmarks.timing import interleave
 from benchmarks.workloads import Workspace
@@ -116,7 +118,6 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from pretextual.core.encoder import BertModel
-    from pretextual.core.fastpath import onednn_linear_active, set_onednn_linear
     from pretextual.core.trainer import encoder_config
     from pretextual.exporters.onnx import export_graph, quiet
 
@@ -132,16 +133,47 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
     fused_ops = fuse(plain, fused, s.heads, s.hidden)
     with quiet(""):
         quantize_dynamic(fused, int8, weight_type=QuantType.QInt8)
-    sessions = {"onnx": session(plain, threads), "onnx fused": session(fused, threads),
-                "onnx int8": session(int8, threads)}
+    feeds = {batch: text_feed(ws, batch) for batch in (1, s.batch)}
+    calls = {1: s.latency_calls_b1, s.batch: 1}
+    with contextlib.ExitStack() as stack:
+        # One process per session: none shares its cores' spinning threads or caches with
+        # torch or with another session, as in a service that runs one model.
+        sessions = {name: stack.enter_context(Isolated("benchmarks.inference:onnx_side", str(path),
+                                                       feeds, calls, threads=threads))
+                    for name, path in (("onnx", plain), ("onnx fused", fused), ("onnx int8", int8))}
+        checks, int8_cosine = check_sessions(encoder, sessions, feeds)
+        time_latencies(s, encoder, sessions, feeds, calls, int8_cosine, report)
+    report.details.append(
+        "ONNX: exported by pretextual.exporters.onnx.export_graph (opset "
+        f"{__import__('pretextual.exporters.onnx', fromlist=['OPSET']).OPSET}); fusions applied: "
+        + (", ".join(f"{k} x{v}" for k, v in fused_ops.items()) or "none")
+        + f"; onnxruntime intra-op threads {threads}, each session in a process of its own "
+        f"(benchmarks/isolated.py), torch eager in the benchmark's; checks against torch: " + "; ".join(checks) + ".")
 
+
+def onnx_side(path: str, feeds: dict[int, dict[str, np.ndarray]], calls: dict[int, int]) -> dict:
+    """One onnxruntime session, built in a process of its own (benchmarks.isolated):
+    ``run B`` makes ``calls[B]`` calls on the batch-B feed; ``output B`` returns its output."""
+    sess = session(Path(path), torch.get_num_threads())
+    cases = {}
+    for batch, feed in feeds.items():
+        def run(feed=feed, n=calls[batch]):
+            for _ in range(n):
+                sess.run(["last_hidden_state"], feed)
+            return n
+        cases[f"run {batch}"] = run
+        cases[f"output {batch}"] = lambda feed=feed: sess.run(["last_hidden_state"], feed)[0]
+    return cases
+
+
+def check_sessions(encoder, sessions, feeds) -> tuple[list[str], dict[int, np.ndarray]]:
+    """Every fp32 session within MAX_ABS_DIFF of torch; the int8 one's cosine to torch."""
     checks, int8_cosine = [], {}
-    for batch in (1, s.batch):
-        feed = text_feed(ws, batch)
+    for batch, feed in feeds.items():
         with torch.inference_mode():
             expected = encoder(**{k: torch.from_numpy(v) for k, v in feed.items()}).last_hidden_state.numpy()
-        for name, sess in sessions.items():
-            got = sess.run(["last_hidden_state"], feed)[0]
+        for name, side in sessions.items():
+            got = side.call(f"output {batch}")
             if name == "onnx int8":
                 int8_cosine[batch] = cosine(got, expected)
                 continue
@@ -149,17 +181,21 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
             checks.append(f"{name} batch {batch}: max abs diff {diff:.1e}")
             if diff > MAX_ABS_DIFF:
                 raise RuntimeError(f"{name} differs from torch by {diff:.3e} at batch {batch}")
+    return checks, int8_cosine
 
-    for batch in (1, s.batch):
-        feed = text_feed(ws, batch)
+
+def time_latencies(s, encoder, sessions, feeds, calls, int8_cosine, report: Report) -> None:
+    from pretextual.core.fastpath import onednn_linear_active, set_onednn_linear
+
+    for batch, feed in feeds.items():
         tensors = {k: torch.from_numpy(v) for k, v in feed.items()}
-        calls = s.latency_calls_b1 if batch == 1 else 1
+        n = calls[batch]
 
-        def eager():
+        def eager(tensors=tensors, n=n):
             with torch.inference_mode():
-                for _ in range(calls):
+                for _ in range(n):
                     encoder(**tensors)
-            return calls
+            return n
 
         def eager_default_linear():
             set_onednn_linear(False)  # torch's own F.linear (its default BLAS)
@@ -168,16 +204,9 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
             finally:
                 set_onednn_linear(None)  # back to pretextual's default choice
 
-        def onnx_case(sess):
-            def run():
-                for _ in range(calls):
-                    sess.run(["last_hidden_state"], feed)
-                return calls
-            return run
-
         cases = {"torch": eager, "torch default linear": eager_default_linear,
-                 **{name: onnx_case(sess) for name, sess in sessions.items()}}
-        samples = interleave(cases, s.repeats, s.warmup)
+                 **{name: side.case(f"run {batch}") for name, side in sessions.items()}}
+        samples = interleave(cases, s.repeats, s.warmup, settle=s.settle)
         base = 1.0 / samples["torch"].rate  # seconds per call
         default = 1.0 / samples["torch default linear"].rate
         backend = "oneDNN" if onednn_linear_active() else "F.linear, as torch's"
@@ -202,8 +231,3 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
                                 f"(speed-up over torch eager{extra})",
                            f"{latency * 1e3:,.2f} ms", f"torch eager {base * 1e3:,.2f} ms",
                            base / latency, fmt_ratio(base / latency), goal, goal_text))
-    report.details.append(
-        "ONNX: exported by pretextual.exporters.onnx.export_graph (opset "
-        f"{__import__('pretextual.exporters.onnx', fromlist=['OPSET']).OPSET}); fusions applied: "
-        + (", ".join(f"{k} x{v}" for k, v in fused_ops.items()) or "none")
-        + f"; onnxruntime intra-op threads {threads}; checks against torch: " + "; ".join(checks) + ".")

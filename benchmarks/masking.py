@@ -130,7 +130,7 @@ def masking(ws: Workspace, report: Report) -> None:
 
         cases = {"pretextual mlm": pt("mlm"), "hf mlm": hf("mlm"),
                  "pretextual wwm": pt("wwm"), "hf wwm": hf("wwm")}
-        samples = interleave(cases, s.repeats, s.warmup)
+        samples = interleave(cases, s.repeats, s.warmup, settle=s.settle)
         for kind, label in (("mlm", "MLM 80/10/10"), ("wwm", "whole-word masking")):
             a, b = samples[f"pretextual {kind}"].rate, samples[f"hf {kind}"].rate
             report.add(Row("2", f"masking, {label}, {set_name} examples", fmt_rate(a, "tokens/s"),

@@ -39,7 +39,8 @@ def preparation(ws: Workspace, report: Report) -> None:
                       return_special_tokens_mask=True)
         return text_mb
 
-    samples = interleave({"pretextual": pretextual, "hf": hf}, s.repeats, s.warmup)
+    samples = interleave({"pretextual": pretextual, "hf": hf}, s.repeats, s.warmup,
+                         settle=s.settle)
     a, b = samples["pretextual"].rate, samples["hf"].rate
     report.add(Row("5", "corpus preparation (tokenize + build examples)", f"{a:.2f} MB/s",
                    f"{b:.2f} MB/s", a / b, fmt_ratio(a / b)))

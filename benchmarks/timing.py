@@ -63,13 +63,17 @@ def synchronize(device: torch.device) -> None:
 
 
 def interleave(cases: dict[str, Case], repeats: int, warmup: int,
-               device: torch.device = torch.device("cpu")) -> dict[str, Samples]:
-    """Run ``cases`` round-robin: ``warmup`` unrecorded rounds, then ``repeats`` recorded ones."""
+               device: torch.device = torch.device("cpu"), settle: float = 0.0) -> dict[str, Samples]:
+    """Run ``cases`` round-robin: ``warmup`` unrecorded rounds, then ``repeats`` recorded ones.
+    ``settle``: seconds of idle before each case, so threads the previous case left
+    spinning (OpenMP's, onnxruntime's) are asleep before the next one starts."""
     samples = {name: Samples() for name in cases}
     names = list(cases)
     for round_ in range(warmup + repeats):
         order = names if round_ % 2 == 0 else names[::-1]
         for name in order:
+            if settle:
+                time.sleep(settle)
             timed = getattr(cases[name], "timed", None)
             if timed is not None:  # runs in a process of its own and times itself there
                 elapsed, work, cpu = timed()

@@ -116,7 +116,7 @@ def training_step(ws: Workspace, report: Report) -> None:
         shapes = F.peak_shapes(tokens, s.hidden, s.intermediate, smoke=s.smoke, device=device)
         gemms, gemm_meta = F.gemm_cases(shapes, device)
         cases.update(gemms)
-        samples = interleave(cases, s.repeats, s.warmup, device)
+        samples = interleave(cases, s.repeats, s.warmup, device, settle=s.settle)
 
     steps = ("pretextual fp32", "hf fp32", "hf+alloc fp32", "pretextual bf16", "hf bf16",
              "hf+alloc bf16")
@@ -293,7 +293,7 @@ def end_to_end(ws: Workspace, report: Report) -> None:
         cases = {"pretextual fp32": ours.case(False), "pretextual bf16": ours.case(True)}
         for name, side in sides.items():
             cases.update({f"{name} {p}": side.case(p) for p in ("fp32", "bf16")})
-        samples = interleave(cases, s.repeats, s.warmup, device)
+        samples = interleave(cases, s.repeats, s.warmup, device, settle=s.settle)
         stats = {"pretextual": ours.stats, **{name: side.call("stats") for name, side in sides.items()}}
     unit = "real tokens/s"
     for precision in ("fp32", "bf16"):
