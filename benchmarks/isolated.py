@@ -60,7 +60,11 @@ class Isolated:
                                        daemon=True)
         self.process.start()
         child.close()
-        self.names = self._reply(f"building {factory}")
+        try:
+            self.names = self._reply(f"building {factory}")
+        except BaseException:
+            self.close()
+            raise
 
     def _reply(self, doing: str):
         try:

@@ -76,9 +76,11 @@ class Report:
             "",
             "## Results",
             "",
-            "Each comparison ran in one process, its cases interleaved round by round after "
-            "warm-up rounds; a value is the median over the timed rounds. Ratios are "
-            "pretextual / Hugging Face unless the row says otherwise.",
+            "Each comparison ran in one run, its cases interleaved round by round after "
+            "warm-up rounds (pretextual in the benchmark's process; Hugging Face's training "
+            "steps and each onnxruntime session in processes of their own); a value is the "
+            "median over the timed rounds. Ratios are pretextual / Hugging Face unless the row "
+            "says otherwise.",
             "",
             self.table(),
             "",

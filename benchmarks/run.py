@@ -4,9 +4,12 @@
     python -m benchmarks --smoke         # tiny sizes, one round: checks it runs (CI); writes nothing
     python -m benchmarks --only train,mfu --out /tmp/bench.md
 
-Each comparison runs its cases in this one process, interleaved round by
-round after warm-up, and reports medians. transformers, onnx and onnxruntime
-are benchmark-only dependencies (``pip install -e ".[bench]"``).
+Each comparison runs its cases interleaved round by round after warm-up,
+with a short idle before each case, and reports medians. pretextual runs in
+this process; Hugging Face's training steps and each onnxruntime session run
+in processes of their own (benchmarks/isolated.py), as their users run them.
+transformers, onnx and onnxruntime are benchmark-only dependencies
+(``pip install -e ".[bench]"``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,11 @@ NOTES = [
     "`attn_implementation=\"sdpa\"` on the same masked batch tensors. Both sides: backward, "
     "gradient clipping, the optimizer pretextual's Trainer builds (Hugging Face gets an instance "
     "with the same class and settings, and its Trainer's no-decay grouping), zero_grad, loss "
-    "read as a float. bf16 rows use `torch.autocast(dtype=torch.bfloat16)` on both sides.",
+    "read as a float. bf16 rows use `torch.autocast(dtype=torch.bfloat16)` on both sides. "
+    "Hugging Face steps in processes of its own, spawned for the comparison: one with glibc's "
+    "malloc defaults, as its users run it (the rows without a qualifier), and one given the "
+    "process-wide allocator setting pretextual's Trainer makes (rows that say so), which "
+    "measures how much of the lead is that setting.",
     "End to end (1): real text of the embedded corpus. Hugging Face: line-by-line examples "
     "(one sentence each) padded to the longest in the batch by `DataCollatorForLanguageModeling`, "
     "`BertForMaskedLM`. pretextual: the `roberta` recipe (MLM only; sentences packed up to the "
@@ -61,6 +68,11 @@ NOTES = [
     "model's own feed-forward shapes, fp32 through torch.matmul and through oneDNN, bf16 "
     "through torch.matmul). Hugging Face's column is the same useful FLOPs over its step time.",
     "Corpus preparation (5): see `benchmarks/prep.py`.",
+    "Interleaving: every case runs once per round, rounds alternate the order, and each case "
+    "starts after 0.2 s of idle, so the threads the previous case left spinning (OpenMP's, "
+    "onnxruntime's), in this process or another, are asleep; without it onnxruntime measured "
+    "up to 1.7x slower than when run alone. A case in another process is timed there, around "
+    "the case only.",
     "No timing is asserted anywhere; CI runs `python -m benchmarks --smoke` (tiny sizes, one "
     "round) so the benchmark cannot rot.",
 ]
