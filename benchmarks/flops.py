@@ -71,6 +71,14 @@ class StepWork:
         return float(dense + attention + mlm + sentence)
 
 
+def encoder_forward_flops(layers: int, hidden: int, intermediate: int, batch: int, seq: int) -> float:
+    """Matmul FLOPs of one encoder forward pass over ``batch`` full sequences (inference):
+    2 x layer parameters per token, and the attention scores and their use."""
+    dense = 2 * layers * layer_parameters(hidden, intermediate) * batch * seq
+    attention = 4 * layers * hidden * seq * seq * batch
+    return float(dense + attention)
+
+
 # --- matmul peak ---------------------------------------------------------------------------------
 
 def peak_shapes(tokens: int, hidden: int, intermediate: int, smoke: bool,

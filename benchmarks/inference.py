@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks import flops as F
 from benchmarks.isolated import Isolated
 from benchmarks.report import Report, Row, fmt_ratio
 from benchmarks.timing import interleave
@@ -142,7 +143,7 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
                                                        feeds, calls, threads=threads))
                     for name, path in (("onnx", plain), ("onnx fused", fused), ("onnx int8", int8))}
         checks, int8_cosine = check_sessions(encoder, sessions, feeds)
-        time_latencies(s, encoder, sessions, feeds, calls, int8_cosine, report)
+        time_latencies(s, ws.peaks, encoder, sessions, feeds, calls, int8_cosine, report)
     report.details.append(
         "ONNX: exported by pretextual.exporters.onnx.export_graph (opset "
         f"{__import__('pretextual.exporters.onnx', fromlist=['OPSET']).OPSET}); fusions applied: "
@@ -184,7 +185,7 @@ def check_sessions(encoder, sessions, feeds) -> tuple[list[str], dict[int, np.nd
     return checks, int8_cosine
 
 
-def time_latencies(s, encoder, sessions, feeds, calls, int8_cosine, report: Report) -> None:
+def time_latencies(s, ws_peaks, encoder, sessions, feeds, calls, int8_cosine, report: Report) -> None:
     from pretextual.core.fastpath import onednn_linear_active, set_onednn_linear
 
     for batch, feed in feeds.items():
@@ -215,6 +216,18 @@ def time_latencies(s, encoder, sessions, feeds, calls, int8_cosine, report: Repo
                             f"{backend}); ratio: pretextual eager's speed-up over it",
                        f"torch eager {base * 1e3:,.2f} ms", f"{default * 1e3:,.2f} ms",
                        default / base, fmt_ratio(default / base)))
+        if "fp32" in ws_peaks:  # what the fp32 goal asks against what the GEMMs alone take
+            floor = F.encoder_forward_flops(s.layers, s.hidden, s.intermediate, batch, s.seq) \
+                / ws_peaks["fp32"].flops_per_s
+            goal = 2.5 if batch == 1 else 2.0
+            report.details.append(
+                f"ONNX fp32 goal at batch {batch}: {goal}x torch eager means at most "
+                f"{base / goal * 1e3:,.2f} ms a call; the encoder's matmuls alone "
+                f"({F.encoder_forward_flops(s.layers, s.hidden, s.intermediate, batch, s.seq) / 1e9:,.2f}"
+                f" GFLOP) take {floor * 1e3:,.2f} ms at this run's fp32 matmul peak "
+                f"({ws_peaks['fp32'].flops_per_s / 1e9:,.0f} GFLOP/s), so the goal "
+                + ("is out of reach of any fp32 runtime on this machine." if floor > base / goal
+                   else "is within the machine's reach."))
         goals = {"onnx": (None, ""),
                  "onnx fused": ((2.5, ">= 2.5x") if batch == 1 else (2.0, ">= 2x")),
                  "onnx int8": ((4.0, ">= 4x") if batch == 1 else (None, ""))}

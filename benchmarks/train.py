@@ -148,6 +148,7 @@ def training_step(ws: Workspace, report: Report) -> None:
                       predictions, sentence_head=True)
     step_flops = work.flops()
     peak = F.peaks(samples, gemm_meta)
+    ws.peaks.update(peak)
     goals = {"fp32": 0.85, "bf16": 0.60}
     mkl = max((samples[n].rate for n, (prec, lib, _) in gemm_meta.items()
                if prec == "fp32" and lib == "torch.matmul"), default=None)

@@ -11,7 +11,7 @@ is what its users run: ``BertForPreTraining``/``BertForMaskedLM`` with
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +130,8 @@ class Workspace:
     tokenizer_file: Path
     tokenizer: object
     vocab: Vocab
+    peaks: dict = field(default_factory=dict)
+    """The matmul peaks the training section measured (precision -> flops.Peak), for later sections."""
 
     @classmethod
     def create(cls, sizes: Sizes, device: torch.device, root: Path) -> "Workspace":
