@@ -19,6 +19,8 @@ from typing import Callable
 
 import torch
 
+from pretextual.core.fastpath import cpuinfo
+
 
 @dataclass
 class Samples:
@@ -91,14 +93,7 @@ def interleave(cases: dict[str, Case], repeats: int, warmup: int,
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def _version(module: str) -> str:

@@ -41,16 +41,21 @@ _onednn_op = None  # torch.ops.mkldnn._linear_pointwise once checked, False when
 _onednn_forced: bool | None = None  # set_onednn_linear's choice; None: the environment's
 
 
-def cpu_vendor() -> str:
-    """The CPU's vendor string ("GenuineIntel", "AuthenticAMD"), "" where unknown."""
+def cpuinfo(key: str) -> str:
+    """The first value of ``key`` in /proc/cpuinfo ("vendor_id", "model name"), "" where unknown."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("vendor_id"):
+                if line.startswith(key):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return ""
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor string ("GenuineIntel", "AuthenticAMD"), "" where unknown."""
+    return cpuinfo("vendor_id")
 
 
 def onednn_linear_wanted() -> bool:
@@ -269,5 +274,5 @@ class Dropout(nn.Dropout):
 
 
 __all__ = ["linear", "set_onednn_linear", "onednn_linear_active", "onednn_linear_wanted",
-           "cpu_vendor", "keep_mask", "dropout", "Dropout", "attention", "keep_freed_memory",
+           "cpuinfo", "cpu_vendor", "keep_mask", "dropout", "Dropout", "attention", "keep_freed_memory",
            "tracing", "exporting"]
