@@ -30,10 +30,11 @@ def _serve(conn, factory: str, args: tuple, threads: int) -> None:
     try:
         module, name = factory.split(":")
         cases = getattr(importlib.import_module(module), name)(*args)
-    except BaseException:  # report it to the parent, which raises it with the child's traceback
+    except Exception:  # report it to the parent, which raises it with the child's traceback
         conn.send(("error", traceback.format_exc()))
         return
     conn.send(("ready", list(cases)))
+    cuda = torch.cuda.is_available()
     while True:
         message = conn.recv()
         if message is None:
@@ -42,35 +43,56 @@ def _serve(conn, factory: str, args: tuple, threads: int) -> None:
             if isinstance(message, tuple):  # ("call", name): the case's own return value, untimed
                 conn.send(("done", cases[message[1]]()))
                 continue
+            if cuda:
+                torch.cuda.synchronize()
             start, cpu = time.perf_counter(), time.process_time()
             work = cases[message]()
+            if cuda:
+                torch.cuda.synchronize()
             conn.send(("done", (time.perf_counter() - start, float(work),
                                 time.process_time() - cpu)))
-        except BaseException:
+        except Exception:
             conn.send(("error", traceback.format_exc()))
 
 
 class Isolated:
     """A side of a comparison in a spawned process; use as a context manager."""
 
-    def __init__(self, factory: str, *args, threads: int):
+    def __init__(self, factory: str, *args, threads: int, timeout: float = 1800.0):
+        """``factory``: "module:function" building the side in the child from ``args``
+        (pickled: pass copies of tensors the parent keeps timing on, since pickling
+        moves a tensor's storage to shared memory); ``timeout``: seconds any one
+        reply may take before the child is taken for hung."""
         context = multiprocessing.get_context("spawn")  # no fork of a process running OpenMP
+        self.timeout = timeout
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child, factory, args, threads),
                                        daemon=True)
-        self.process.start()
-        child.close()
         try:
+            self.process.start()
+            child.close()
             self.names = self._reply(f"building {factory}")
         except BaseException:
+            child.close()
             self.close()
             raise
 
+    def _send(self, message, doing: str) -> None:
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            raise RuntimeError(f"the benchmark process died before {doing} "
+                               f"(exit code {self.process.exitcode})") from None
+
     def _reply(self, doing: str):
         try:
+            if not self.conn.poll(self.timeout):
+                raise RuntimeError(f"the benchmark process gave no answer {doing} in "
+                                   f"{self.timeout:.0f} s")
             kind, value = self.conn.recv()
-        except EOFError:
-            raise RuntimeError(f"the benchmark process {doing} died "
+        except (EOFError, ConnectionResetError):
+            self.process.join(timeout=5)
+            raise RuntimeError(f"the benchmark process died {doing} "
                                f"(exit code {self.process.exitcode})") from None
         if kind == "error":
             raise RuntimeError(f"the benchmark process failed {doing}:\n{value}")
@@ -81,13 +103,9 @@ class Isolated:
             raise KeyError(f"{name!r}: the isolated side has {self.names}")
         return RemoteCase(self, name)
 
-    def cases(self, prefix: str = "") -> dict[str, "RemoteCase"]:
-        """Every case of the side, named ``prefix + name``."""
-        return {prefix + name: self.case(name) for name in self.names}
-
     def call(self, name: str):
         """Run case ``name`` once, untimed, and return what it returns (e.g. its statistics)."""
-        self.conn.send(("call", name))
+        self._send(("call", name), f"calling {name!r}")
         return self._reply(f"calling {name!r}")
 
     def close(self) -> None:
@@ -118,5 +136,5 @@ class RemoteCase:
     name: str
 
     def timed(self) -> tuple[float, float, float]:
-        self.side.conn.send(self.name)
+        self.side._send(self.name, f"running {self.name!r}")
         return self.side._reply(f"running {self.name!r}")

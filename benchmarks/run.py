@@ -69,7 +69,7 @@ NOTES = [
     "through torch.matmul). Hugging Face's column is the same useful FLOPs over its step time.",
     "Corpus preparation (5): see `benchmarks/prep.py`.",
     "Interleaving: every case runs once per round, rounds alternate the order, and each case "
-    "starts after 0.2 s of idle, so the threads the previous case left spinning (OpenMP's, "
+    f"starts after {REFERENCE.settle} s of idle, so the threads the previous case left spinning (OpenMP's, "
     "onnxruntime's), in this process or another, are asleep; without it onnxruntime measured "
     "up to 1.7x slower than when run alone. A case in another process is timed there, around "
     "the case only.",

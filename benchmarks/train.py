@@ -68,8 +68,7 @@ def hf_pretraining_side(sizes, vocab, batch, optimizer: OptimizerSpec, max_norm:
     (benchmarks.isolated): BertForPreTraining stepped on ``batch`` in fp32 and
     bf16. ``keep_freed``: give the process pretextual's allocator setting
     (otherwise glibc's defaults, as a Hugging Face user's process has)."""
-    if keep_freed:
-        keep_freed_memory()
+    kept = keep_freed and keep_freed_memory()
     torch.manual_seed(0)
     hf = hf_model("BertForPreTraining", sizes, vocab, device)
     hf_optimizer = optimizer.build(hf)
@@ -79,11 +78,18 @@ def hf_pretraining_side(sizes, vocab, batch, optimizer: OptimizerSpec, max_norm:
     def step(bf16):
         return lambda: (hf_step(hf, hf_optimizer, inputs, bf16, max_norm, device), tokens)[1]
 
-    return {"fp32": step(False), "bf16": step(True)}
+    return {"fp32": step(False), "bf16": step(True), "allocator": lambda: kept}
 
 
 HF_SIDES = {"hf": False, "hf+alloc": True}
 """Hugging Face's processes: name -> whether it gets pretextual's allocator setting."""
+
+
+def require_allocator_setting(applied: bool) -> None:
+    """The 'hf+alloc' rows mean something only where the setting took (glibc)."""
+    if not applied:
+        raise RuntimeError("glibc's malloc settings could not be applied here (not glibc?), so "
+                           "'Hugging Face given pretextual's allocator setting' cannot be measured")
 
 
 def training_step(ws: Workspace, report: Report) -> None:
@@ -107,12 +113,15 @@ def training_step(ws: Workspace, report: Report) -> None:
         return lambda: (pretextual_step(trainer, batch, bf16), tokens)[1]
 
     with contextlib.ExitStack() as stack:
+        # A copy for each child: pickling for a child moves a tensor's storage to shared memory.
         sides = {name: stack.enter_context(Isolated(
-            "benchmarks.train:hf_pretraining_side", s, ws.vocab, masked, optimizer, max_norm,
-            device, keep, threads=torch.get_num_threads())) for name, keep in HF_SIDES.items()}
+            "benchmarks.train:hf_pretraining_side", s, ws.vocab,
+            {k: v.clone() for k, v in masked.items()}, optimizer, max_norm, device, keep,
+            threads=torch.get_num_threads())) for name, keep in HF_SIDES.items()}
+        require_allocator_setting(sides["hf+alloc"].call("allocator"))
         cases = {"pretextual fp32": pt(False), "pretextual bf16": pt(True)}
         for name, side in sides.items():
-            cases.update(side.cases(prefix=f"{name} "))
+            cases.update({f"{name} {p}": side.case(p) for p in ("fp32", "bf16")})
         shapes = F.peak_shapes(tokens, s.hidden, s.intermediate, smoke=s.smoke, device=device)
         gemms, gemm_meta = F.gemm_cases(shapes, device)
         cases.update(gemms)
@@ -251,8 +260,7 @@ def hf_mlm_side(sizes, device: torch.device, root, optimizer: OptimizerSpec, max
     the batch by DataCollatorForLanguageModeling, BertForMaskedLM."""
     from transformers import DataCollatorForLanguageModeling
 
-    if keep_freed:
-        keep_freed_memory()
+    kept = keep_freed and keep_freed_memory()
     ws = Workspace.reopen(sizes, device, root)
     tokenizer = hf_tokenizer(ws.tokenizer, ws.vocab)
     encoded = tokenizer(ws.lines, truncation=True, max_length=sizes.seq,
@@ -270,7 +278,8 @@ def hf_mlm_side(sizes, device: torch.device, root, optimizer: OptimizerSpec, max
     stepper = Stepper(batches, lambda batch, bf16: hf_step(hf, hf_optimizer, batch, bf16,
                                                            max_norm, device), device)
     return {"fp32": stepper.case(False), "bf16": stepper.case(True),
-            "stats": lambda: {**stepper.stats, "examples": len(examples)}}
+            "stats": lambda: {**stepper.stats, "examples": len(examples)},
+            "allocator": lambda: kept}
 
 
 def end_to_end(ws: Workspace, report: Report) -> None:
@@ -291,6 +300,7 @@ def end_to_end(ws: Workspace, report: Report) -> None:
         sides = {name: stack.enter_context(Isolated(
             "benchmarks.train:hf_mlm_side", s, device, ws.root, optimizer, max_norm, keep,
             threads=torch.get_num_threads())) for name, keep in HF_SIDES.items()}
+        require_allocator_setting(sides["hf+alloc"].call("allocator"))
         cases = {"pretextual fp32": ours.case(False), "pretextual bf16": ours.case(True)}
         for name, side in sides.items():
             cases.update({f"{name} {p}": side.case(p) for p in ("fp32", "bf16")})

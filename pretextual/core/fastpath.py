@@ -6,11 +6,9 @@ apply: under autocast, on other devices, and in compiled or exported code,
 which must see plain aten ops.
 
 * :func:`linear`: ``F.linear`` whose three GEMMs (forward, input and weight
-  gradients) run through oneDNN for fp32 on CPUs other than Intel's; there
-  oneDNN uses AVX-512 where torch's default BLAS (MKL) does not, about 2x
-  faster on AMD CPUs. On Intel CPUs MKL is as fast on the layers' shapes and
-  faster on the vocabulary projection (fp32 training step 4% faster than
-  through oneDNN, A/B in one process), so F.linear stays.
+  gradients) run through oneDNN for fp32 on AMD CPUs, where oneDNN uses
+  AVX-512 and torch's default BLAS (MKL) does not: about 2x faster there.
+  Elsewhere F.linear stays (see :func:`onednn_linear_wanted`).
   ``PRETEXTUAL_ONEDNN_LINEAR=1`` or ``0`` forces it on or off.
 * :func:`dropout` / :class:`Dropout`: inverted dropout with its keep mask
   drawn by NumPy on the CPU from 16-bit integers, about 4x faster than
@@ -28,6 +26,7 @@ which must see plain aten ops.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 
@@ -37,8 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 ONEDNN_ENV = "PRETEXTUAL_ONEDNN_LINEAR"
-_onednn_op = None  # torch.ops.mkldnn._linear_pointwise once checked, False when unusable
-_onednn_forced: bool | None = None  # set_onednn_linear's choice; None: the environment's
+_onednn_op = None  # torch.ops.mkldnn._linear_pointwise once probed, False when unusable
+_onednn_forced: bool | None = None  # set_onednn_linear's choice; None: the default's
+_onednn_use: bool | None = None  # whether linear uses oneDNN, decided on first use
 
 
 def cpuinfo(key: str) -> str:
@@ -53,6 +53,7 @@ def cpuinfo(key: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_vendor() -> str:
     """The CPU's vendor string ("GenuineIntel", "AuthenticAMD"), "" where unknown."""
     return cpuinfo("vendor_id")
@@ -60,46 +61,57 @@ def cpu_vendor() -> str:
 
 def onednn_linear_wanted() -> bool:
     """Whether :func:`linear` should use oneDNN: as forced by :func:`set_onednn_linear`
-    or ``PRETEXTUAL_ONEDNN_LINEAR`` (1 or 0), else on every CPU but Intel's, where
-    MKL, torch's default BLAS, already runs its AVX-512 kernels."""
+    or ``PRETEXTUAL_ONEDNN_LINEAR`` (1 or 0), else on AMD CPUs only, where MKL, torch's
+    default BLAS, does not run its AVX-512 kernels (measured 2x slower there). Elsewhere
+    torch's own F.linear stays: on Intel MKL measured as fast over a whole training step
+    (fp32 step 539 ms with MKL, 563 ms with oneDNN, A/B in one process), and on other
+    CPUs nothing was measured."""
     if _onednn_forced is not None:
         return _onednn_forced
     setting = os.environ.get(ONEDNN_ENV, "auto").strip().lower()
     if setting in ("", "auto"):
-        return cpu_vendor() != "GenuineIntel"
+        return cpu_vendor() == "AuthenticAMD"
     return setting not in ("0", "false", "off", "no")
 
 
+def _probe_onednn_linear():
+    """oneDNN's linear on ordinary strided tensors, or None when this torch lacks it
+    or it disagrees with F.linear."""
+    op = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+    if op is None or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        g = torch.Generator().manual_seed(0)
+        x, w = torch.randn(5, 12, generator=g), torch.randn(7, 12, generator=g)
+        b, y = torch.randn(7, generator=g), torch.randn(5, 7, generator=g)
+        # The three uses: forward, input gradient (transposed weight), weight
+        # gradient (both operands transposed views).
+        if (torch.allclose(op(x, w, b, "none", [], ""), F.linear(x, w, b), atol=1e-5)
+                and torch.allclose(op(y, w.t(), None, "none", [], ""), y @ w, atol=1e-5)
+                and torch.allclose(op(y.t(), x.t(), None, "none", [], ""), y.t() @ x, atol=1e-5)):
+            return op
+    except Exception:  # not built in, or another signature: keep the default path
+        pass
+    return None
+
+
 def _onednn_linear_op():
-    """oneDNN's linear on ordinary strided tensors, checked once; None when this
-    torch lacks it, it disagrees with F.linear, or it is not wanted
-    (:func:`onednn_linear_wanted`)."""
-    global _onednn_op
+    """The oneDNN linear op when :func:`linear` uses it (wanted, and probed usable once), else None."""
+    global _onednn_op, _onednn_use
+    if _onednn_use is None:
+        _onednn_use = onednn_linear_wanted()
+    if not _onednn_use:
+        return None
     if _onednn_op is None:
-        _onednn_op = False
-        op = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
-        if op is not None and onednn_linear_wanted() and torch.backends.mkldnn.is_available():
-            try:
-                g = torch.Generator().manual_seed(0)
-                x, w = torch.randn(5, 12, generator=g), torch.randn(7, 12, generator=g)
-                b, y = torch.randn(7, generator=g), torch.randn(5, 7, generator=g)
-                # The three uses: forward, input gradient (transposed weight), weight
-                # gradient (both operands transposed views).
-                if (torch.allclose(op(x, w, b, "none", [], ""), F.linear(x, w, b), atol=1e-5)
-                        and torch.allclose(op(y, w.t(), None, "none", [], ""), y @ w, atol=1e-5)
-                        and torch.allclose(op(y.t(), x.t(), None, "none", [], ""), y.t() @ x,
-                                           atol=1e-5)):
-                    _onednn_op = op
-            except Exception:  # not built in, or another signature: keep the default path
-                pass
+        _onednn_op = _probe_onednn_linear() or False
     return _onednn_op or None
 
 
 def set_onednn_linear(enabled: bool | None) -> None:
     """Turn the oneDNN path of :func:`linear` on (when available) or off for this
     process; None goes back to the default choice (:func:`onednn_linear_wanted`)."""
-    global _onednn_op, _onednn_forced
-    _onednn_forced, _onednn_op = enabled, None
+    global _onednn_forced, _onednn_use
+    _onednn_forced, _onednn_use = enabled, None
 
 
 def onednn_linear_active() -> bool:
@@ -182,17 +194,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def keep_mask(shape: tuple[int, ...], p: float, seed: int) -> torch.Tensor:
-    """A float32 dropout mask: 0 with probability ``p``, else the scale 1/(1-p).
+    """A float32 dropout mask: 0 with probability about ``p``, else 1/(1 - that probability).
 
     The draws are 16-bit integers (NumPy PCG64), half the cost of float32
     uniforms: the drop probability is p rounded to a multiple of 2^-16 (0.1 gives
     0.1000061; FlashAttention's dropout rounds to 2^-8) and the scale is that of
     the rounded probability, so the expected value is kept exactly. Where the
-    rounding would move p by more than 1% (p below about 1e-3), float32 uniforms
-    are drawn instead (p exact to 2^-24)."""
+    rounding would move p or 1 - p by more than 1% (either below about 1e-3),
+    float32 uniforms are drawn instead (p exact to 2^-24, scale 1/(1-p))."""
     rng = np.random.Generator(np.random.PCG64(seed))
     threshold = round(p * 65536)
-    if threshold > 0 and abs(threshold - p * 65536) <= 0.01 * p * 65536:
+    # within 1% of both the drop and the keep probability (p near 0 or 1 needs finer draws)
+    if 0 < threshold < 65536 and abs(threshold - p * 65536) <= 0.01 * min(p, 1.0 - p) * 65536:
         draws, cut, kept = rng.integers(0, 65536, shape, dtype=np.uint16), threshold, 1 - threshold / 65536
     else:
         draws, cut, kept = rng.random(shape, dtype=np.float32), p, 1.0 - p
@@ -201,7 +214,7 @@ def keep_mask(shape: tuple[int, ...], p: float, seed: int) -> torch.Tensor:
 
 class _Dropout(torch.autograd.Function):
     """Inverted dropout with its mask from :func:`keep_mask`, seeded from torch's
-    generator. The mask is kept as float32 0 or 1/(1-p): forward and backward are
+    generator. The mask is kept as float32 0 or the scale: forward and backward are
     then one multiplication (in float32 and rounded once, for bf16 as for
     ``x.mul(keep).mul_(scale)``)."""
 

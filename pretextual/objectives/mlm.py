@@ -127,10 +127,15 @@ class _VocabCrossEntropy(torch.autograd.Function):
         device = x.device.type
         with torch.autocast(device, enabled=False):
             xc, wc = x.to(dtype), weight.to(dtype)
-            # The bias is added in fp32 per chunk, not by the GEMM: no [n, vocab] broadcast
-            # copy of it before the product (a fifth of the GEMM's time on the CPU).
-            logits = linear(xc, wc) if dtype == torch.float32 else torch.mm(xc, wc.t())
-            late_bias, in_place = bias.float(), logits.dtype == torch.float32
+            # On the CPU the bias is added in fp32 per chunk, not by the GEMM: no [n, vocab]
+            # broadcast copy of it before the product (a fifth of the GEMM's time). In fp32 on
+            # a GPU the GEMM adds it (an epilogue); in bf16 it is added per chunk everywhere.
+            in_gemm = dtype == torch.float32 and x.device.type != "cpu"
+            if dtype == torch.float32:
+                logits = linear(xc, wc, bias if in_gemm else None)
+            else:
+                logits = torch.mm(xc, wc.t())
+            late_bias, in_place = (None if in_gemm else bias.float()), logits.dtype == torch.float32
             n, vocab = logits.shape
             rows = max(1, CHUNK_BYTES // (4 * vocab))
             want_grad = any(ctx.needs_input_grad[:3])
@@ -141,7 +146,10 @@ class _VocabCrossEntropy(torch.autograd.Function):
                 t = target[start:stop, None]
                 chunk = logits[start:stop]
                 # fp32 logits are worked in place; bf16 ones in an fp32 copy of the chunk
-                chunk = chunk.add_(late_bias) if in_place else chunk.float().add_(late_bias)
+                if not in_place:
+                    chunk = chunk.float()
+                if late_bias is not None:
+                    chunk = chunk.add_(late_bias)
                 picked = chunk.gather(1, t).squeeze(1)
                 top = chunk.amax(1)  # max(1) also finds the index: 18x slower on the CPU
                 hits[start:stop] = picked >= top  # the target holds the highest logit

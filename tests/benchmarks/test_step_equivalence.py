@@ -153,8 +153,19 @@ def test_optimised_step_gives_the_straightforward_losses_bf16(trainer):
         assert got == pytest.approx(expected, rel=2e-2)
 
 
-def test_gradients_match_the_straightforward_ones(trainer):
-    t = trainer()
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "f.linear"])
+def test_gradients_match_the_straightforward_ones(trainer, onednn):
+    fastpath.set_onednn_linear(onednn)
+    if onednn and not fastpath.onednn_linear_active():
+        fastpath.set_onednn_linear(None)
+        pytest.skip("this torch has no usable oneDNN linear")
+    try:
+        check_gradients(trainer())
+    finally:
+        fastpath.set_onednn_linear(None)
+
+
+def check_gradients(t: Trainer) -> None:
     reference = Straightforward(t)
     batch = batches(t, "padded")[0]
     total, _ = t.forward(batch, 0)
@@ -170,8 +181,8 @@ def test_gradients_match_the_straightforward_ones(trainer):
 
 
 def test_fallback_paths_agree_with_the_fast_ones(trainer):
-    """oneDNN linear layers on (the default off Intel CPUs) and off (F.linear
-    everywhere, the default on them) give the same losses."""
+    """oneDNN linear layers on (the default on AMD CPUs) and off (F.linear
+    everywhere, the default elsewhere) give the same losses."""
     fastpath.set_onednn_linear(True)
     try:
         if not fastpath.onednn_linear_active():
@@ -188,11 +199,11 @@ def test_fallback_paths_agree_with_the_fast_ones(trainer):
 
 
 def test_onednn_linear_is_chosen_by_cpu_vendor_unless_forced(monkeypatch):
-    """Default: oneDNN everywhere but on Intel CPUs (where MKL has its AVX-512
-    kernels); PRETEXTUAL_ONEDNN_LINEAR=1/0 overrides the choice."""
+    """Default: oneDNN on AMD CPUs only (where MKL lacks its AVX-512 kernels);
+    PRETEXTUAL_ONEDNN_LINEAR=1/0 overrides the choice."""
     monkeypatch.delenv(fastpath.ONEDNN_ENV, raising=False)
     monkeypatch.setattr(fastpath, "_onednn_forced", None)
-    for vendor, wanted in (("GenuineIntel", False), ("AuthenticAMD", True), ("", True)):
+    for vendor, wanted in (("GenuineIntel", False), ("AuthenticAMD", True), ("", False)):
         monkeypatch.setattr(fastpath, "cpu_vendor", lambda v=vendor: v)
         assert fastpath.onednn_linear_wanted() is wanted
         for setting, forced in (("1", True), ("0", False), ("auto", wanted)):
@@ -271,13 +282,19 @@ def test_fast_dropout_has_dropouts_distribution_and_gradient():
     assert fastpath.dropout(x, p, False) is x
 
 
-def test_dropout_mask_keeps_small_probabilities():
-    """A p that 16-bit draws cannot hold within 1% (1e-4) is drawn from float32 uniforms."""
-    for p in (1e-4, 0.5, 0.9):
+def test_dropout_mask_keeps_probabilities_near_0_and_1():
+    """16-bit draws where they hold p and 1 - p within 1% (scale of the rounded p);
+    float32 uniforms near 0 and 1 (scale 1/(1-p) exactly)."""
+    for p, scale in ((1e-4, 1 / (1 - 1e-4)), (0.9999, 1 / (1 - 0.9999)),
+                     (0.1, 65536 / (65536 - 6554)), (0.5, 2.0)):
         mask = fastpath.keep_mask((2000, 1000), p, seed=1)
+        assert float(mask.max()) == pytest.approx(scale, rel=1e-6), p
         dropped = float((mask == 0).float().mean())
         assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / mask.numel()), p
         assert abs(float(mask.mean()) - 1.0) < 5 * math.sqrt(p / (1 - p) / mask.numel()), p
+    # p that rounds to 1 at 2^-16: still a finite scale, the float32 one
+    values = set(fastpath.keep_mask((100000,), 0.999995, seed=1).unique().tolist())
+    assert values <= {0.0, float(torch.tensor(1 / (1 - 0.999995), dtype=torch.float32))}
     assert torch.equal(fastpath.keep_mask((3, 5), 0.1, 7), fastpath.keep_mask((3, 5), 0.1, 7))
 
 
