@@ -1,7 +1,7 @@
 """The optimised training step gives the same losses as the straightforward one.
 
 "Optimised" is what pretextual runs: the Trainer's model, objective mix and
-optimizer (fused QKV GEMM, oneDNN linear layers on non-Intel CPUs, the attention mask
+optimizer (fused QKV GEMM, oneDNN linear layers on AMD CPUs, the attention mask
 dropped when nothing is padded, the MLM loss fused and computed only at the
 labelled positions). "Straightforward" is written out below in plain torch:
 separate Q/K/V projections, explicit softmax attention with a boolean mask,
