@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks.timing import Samples
+from pretextual.core.fastpath import onednn_linear_op
 
 
 def layer_parameters(hidden: int, intermediate: int) -> int:
@@ -93,28 +94,13 @@ def peak_shapes(tokens: int, hidden: int, intermediate: int, smoke: bool,
                                            (tokens, intermediate, hidden)]
 
 
-def onednn_linear():
-    """oneDNN's fp32 linear on ordinary (strided) tensors, when this torch has it."""
-    op = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
-    if op is None or not torch.backends.mkldnn.is_available():
-        return None
-    try:
-        x = torch.randn(4, 8)
-        w = torch.randn(3, 8)
-        if not torch.allclose(op(x, w, None, "none", [], ""), x @ w.t(), atol=1e-5):
-            return None
-    except Exception:  # not built in, or a different signature
-        return None
-    return op
-
-
 def gemm_cases(shapes: list[tuple[int, int, int]], device: torch.device
                ) -> tuple[dict[str, callable], dict[str, tuple[str, str, tuple[int, int, int]]]]:
     """Timed cases, one per (precision, library, shape): fp32 through torch.matmul
     (MKL on x86 CPUs), fp32 through oneDNN where torch has it (CPU), and bf16
     through torch.matmul. Each case returns its FLOPs."""
     cases, meta = {}, {}
-    dnn = onednn_linear() if device.type == "cpu" else None
+    dnn = onednn_linear_op() if device.type == "cpu" else None
     for m, k, n in shapes:
         flops = 2.0 * m * k * n
         a32 = torch.randn(m, k, device=device)

@@ -219,14 +219,13 @@ def time_latencies(s, ws_peaks, encoder, sessions, feeds, calls, int8_cosine, re
                        f"torch eager {base * 1e3:,.2f} ms", f"{other * 1e3:,.2f} ms",
                        other / base, fmt_ratio(other / base)))
         if "fp32" in ws_peaks:  # what the fp32 goal asks against what the GEMMs alone take
-            floor = F.encoder_forward_flops(s.layers, s.hidden, s.intermediate, batch, s.seq) \
-                / ws_peaks["fp32"].flops_per_s
+            matmuls = F.encoder_forward_flops(s.layers, s.hidden, s.intermediate, batch, s.seq)
+            floor = matmuls / ws_peaks["fp32"].flops_per_s
             goal = 2.5 if batch == 1 else 2.0
             report.details.append(
                 f"ONNX fp32 goal at batch {batch}: {goal}x torch eager means at most "
                 f"{base / goal * 1e3:,.2f} ms a call; the encoder's matmuls alone "
-                f"({F.encoder_forward_flops(s.layers, s.hidden, s.intermediate, batch, s.seq) / 1e9:,.2f}"
-                f" GFLOP) take {floor * 1e3:,.2f} ms at this run's fp32 matmul peak "
+                f"({matmuls / 1e9:,.2f} GFLOP) take {floor * 1e3:,.2f} ms at this run's fp32 matmul peak "
                 f"({ws_peaks['fp32'].flops_per_s / 1e9:,.0f} GFLOP/s, the best of the GEMMs "
                 f"measured), so at that peak the goal "
                 + ("leaves no time for anything but the matmuls and is still missed."

@@ -36,7 +36,6 @@ import torch.nn.functional as F
 from torch import nn
 
 ONEDNN_ENV = "PRETEXTUAL_ONEDNN_LINEAR"
-_onednn_op = None  # torch.ops.mkldnn._linear_pointwise once probed, False when unusable
 _onednn_forced: bool | None = None  # set_onednn_linear's choice; None: the default's
 _onednn_use: bool | None = None  # whether linear uses oneDNN, decided on first use
 
@@ -74,9 +73,11 @@ def onednn_linear_wanted() -> bool:
     return setting not in ("0", "false", "off", "no")
 
 
-def _probe_onednn_linear():
-    """oneDNN's linear on ordinary strided tensors, or None when this torch lacks it
-    or it disagrees with F.linear."""
+@functools.lru_cache(maxsize=1)
+def onednn_linear_op():
+    """oneDNN's linear on ordinary strided tensors (probed once), or None when this
+    torch lacks it or it disagrees with F.linear; whether :func:`linear` uses it is
+    :func:`onednn_linear_active`."""
     op = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
     if op is None or not torch.backends.mkldnn.is_available():
         return None
@@ -96,15 +97,11 @@ def _probe_onednn_linear():
 
 
 def _onednn_linear_op():
-    """The oneDNN linear op when :func:`linear` uses it (wanted, and probed usable once), else None."""
-    global _onednn_op, _onednn_use
+    """The oneDNN linear op when :func:`linear` uses it (wanted, and usable), else None."""
+    global _onednn_use
     if _onednn_use is None:
         _onednn_use = onednn_linear_wanted()
-    if not _onednn_use:
-        return None
-    if _onednn_op is None:
-        _onednn_op = _probe_onednn_linear() or False
-    return _onednn_op or None
+    return onednn_linear_op() if _onednn_use else None
 
 
 def set_onednn_linear(enabled: bool | None) -> None:
@@ -287,5 +284,5 @@ class Dropout(nn.Dropout):
 
 
 __all__ = ["linear", "set_onednn_linear", "onednn_linear_active", "onednn_linear_wanted",
-           "cpuinfo", "cpu_vendor", "keep_mask", "dropout", "Dropout", "attention", "keep_freed_memory",
+           "onednn_linear_op", "cpuinfo", "cpu_vendor", "keep_mask", "dropout", "Dropout", "attention", "keep_freed_memory",
            "tracing", "exporting"]
