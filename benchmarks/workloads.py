@@ -54,7 +54,7 @@ class Sizes:
 
 
 REFERENCE = Sizes(layers=4, hidden=256, heads=4, intermediate=1024, vocab=30522, seq=128, batch=32,
-                  repeats=7, warmup=2, corpus_documents=None, masking_batches=64,
+                  repeats=7, warmup=2, corpus_documents=None, masking_batches=256,
                   latency_calls_b1=10, settle=0.2)
 """The issue's reference config."""
 

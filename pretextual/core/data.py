@@ -354,8 +354,8 @@ def _special_table(vocab: Vocab) -> np.ndarray:
 def collate(examples: Sequence[Example], vocab: Vocab, pad_to_multiple_of: int = 8) -> Batch:
     """Pad 1-D arrays to the longest example (rounded up), stack scalar labels,
     and add attention_mask and special_tokens_mask."""
-    lengths = np.fromiter((len(e["input_ids"]) for e in examples), dtype=np.int64,
-                          count=len(examples))
+    input_ids = [e["input_ids"] for e in examples]
+    lengths = np.fromiter(map(len, input_ids), dtype=np.int64, count=len(examples))
     length = -(-int(lengths.max()) // pad_to_multiple_of) * pad_to_multiple_of
     real = np.arange(length)[None, :] < lengths[:, None]  # [batch, length]: not padding
     total = int(lengths.sum())
@@ -365,7 +365,7 @@ def collate(examples: Sequence[Example], vocab: Vocab, pad_to_multiple_of: int =
             batch[key] = torch.tensor([e[key] for e in examples])
             continue
         fill = {"input_ids": vocab.pad_id, "word_starts": 1}.get(key, 0)
-        values = np.concatenate([e[key] for e in examples])
+        values = np.concatenate(input_ids if key == "input_ids" else [e[key] for e in examples])
         if len(values) != total:
             raise ValueError(f"collate: every per-token array of an example must be as long as "
                              f"its input_ids; {key!r} is not")

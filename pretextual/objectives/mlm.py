@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numba import njit
 from torch import nn
 
 from pretextual.core.encoder import BertModel
@@ -191,56 +192,34 @@ class _VocabCrossEntropy(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None
 
 
+# The masking runs in the data pipeline, once per batch, over small [batch, seq] arrays:
+# as a few dozen torch or NumPy calls it is their dispatch that costs (1-10 us each), so
+# each step is one compiled loop over the rows (numba), which also draws only the random
+# numbers it uses. A loop seeds its own generator (numba's per-thread Mersenne Twister)
+# from the batch's torch.Generator, so a batch stays a pure function of the seed.
+# Tensors on another device are masked on the CPU and moved back.
+
+def kernel_seed(generator: torch.Generator) -> int:
+    """A seed for one compiled masking loop, drawn from the batch's generator."""
+    return int(torch.randint(2**32, (1,), generator=generator))  # init_genrand takes 32 bits
+
+
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """The tensor as a NumPy array (a view for a CPU tensor outside autograd)."""
+    return t.detach().cpu().numpy()
+
+
 def select_tokens(batch: Batch, mask_prob: float, generator: torch.Generator) -> torch.Tensor:
     """Choose round(mask_prob * n) of the n ordinary tokens of each row (at least one).
 
     A fixed count per row, as Google's create_pretraining_data.py draws, so no
-    row goes without a prediction. Returns a boolean [batch, seq] mask.
+    row goes without a prediction; every set of that many ordinary tokens is
+    equally likely. Returns a boolean [batch, seq] mask.
     """
-    scores = torch.rand(batch["input_ids"].shape, generator=generator)
-    if on_cpu(batch, "attention_mask", "special_tokens_mask"):
-        return torch.from_numpy(_select_numpy(batch["attention_mask"].numpy(),
-                                              batch["special_tokens_mask"].numpy(),
-                                              scores.numpy(), mask_prob))
-    candidates = batch["attention_mask"].bool() & ~batch["special_tokens_mask"].bool()
-    scores = scores.to(candidates.device).masked_fill_(~candidates, 2.0)  # non-candidates last
-    n = candidates.sum(1, keepdim=True)
-    k = torch.clamp(torch.round(n * mask_prob), min=1).minimum(n)
-    order = scores.argsort(dim=1)
-    rank = torch.empty_like(order).scatter_(
-        1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
-    return (rank < k) & candidates
-
-
-# The masking runs in the data pipeline on small [batch, seq] tensors, where each torch
-# op costs several microseconds of dispatch (milliseconds for ops that wake a second
-# thread while another process holds that core); NumPy does the same arithmetic in
-# about a microsecond per op. Randomness still comes from the torch.Generator, drawn
-# in the same order, so batches stay a pure function of the seed.
-
-def on_cpu(batch: Batch, *keys: str) -> bool:
-    """Whether ``batch[key]`` for each key is a CPU tensor outside autograd (the NumPy paths apply)."""
-    return all(batch[k].device.type == "cpu" and not batch[k].requires_grad for k in keys)
-
-
-def _select_numpy(attention_mask: np.ndarray, special: np.ndarray, scores: np.ndarray,
-                  mask_prob: float) -> np.ndarray:
-    candidates = (attention_mask != 0) & (special == 0)
-    scores[~candidates] = 2.0  # non-candidates sort last
-    n = candidates.sum(1, keepdims=True)
-    # float32, as torch computes round(n * mask_prob) for an integer tensor
-    k = np.minimum(np.maximum(np.round(n.astype(np.float32) * np.float32(mask_prob)), 1), n)
-    order = np.argsort(scores, axis=1)
-    # The rank of every position in its row's order, by scattering 0..seq-1 through the order.
-    rank = np.empty_like(order)
-    rank[np.arange(order.shape[0])[:, None], order] = np.arange(order.shape[1])
-    return (rank < k) & candidates
-
-
-@functools.lru_cache(maxsize=8)
-def _ordinary_ids(vocab: Vocab) -> torch.Tensor:
-    """vocab.ordinary_ids(), computed once per vocabulary (Vocab is frozen, so hashable)."""
-    return vocab.ordinary_ids()
+    attention = batch["attention_mask"]
+    selected = _select_kernel(kernel_seed(generator), as_numpy(attention),
+                              as_numpy(batch["special_tokens_mask"]), mask_prob)
+    return torch.from_numpy(selected).to(attention.device)
 
 
 def replace_selected(batch: Batch, selected: torch.Tensor, vocab: Vocab, mask_ratio: float,
@@ -248,38 +227,102 @@ def replace_selected(batch: Batch, selected: torch.Tensor, vocab: Vocab, mask_ra
                      group: torch.Tensor | None = None) -> Batch:
     """Apply the 80/10/10 rule at the ``selected`` positions and add ``mlm_labels``.
 
-    ``group`` ([batch, seq] ints) makes the decision once per group (a word or
-    a span) instead of once per token. Random tokens are drawn from the
+    ``group`` ([batch, seq] ints in [0, seq)) makes the decision once per
+    group (a word or a span) instead of once per token; each randomly replaced
+    position still gets a token of its own. Random tokens are drawn from the
     ordinary vocabulary only, never special tokens.
     """
     input_ids = batch["input_ids"]
-    draw = torch.rand(input_ids.shape, generator=generator)
-    ordinary = _ordinary_ids(vocab)
-    draws = torch.randint(len(ordinary), input_ids.shape, generator=generator)
-    if on_cpu(batch, "input_ids") and selected.device.type == "cpu" and (
-            group is None or group.device.type == "cpu"):
-        ids, chosen, d = input_ids.numpy(), selected.numpy(), draw.numpy()
-        if group is not None:
-            d = np.take_along_axis(d, group.numpy(), axis=1)
-        to_mask = chosen & (d < mask_ratio)
-        to_random = chosen & (d >= mask_ratio) & (d < mask_ratio + random_ratio)
-        corrupted = np.where(to_mask, vocab.mask_id, ids)
-        corrupted = np.where(to_random, ordinary.numpy()[draws.numpy()], corrupted)
-        labels = np.where(chosen, ids, IGNORE_INDEX)
-        return {**batch, "input_ids": torch.from_numpy(corrupted.astype(np.int64, copy=False)),
-                "mlm_labels": torch.from_numpy(labels.astype(np.int64, copy=False))}
-    device = input_ids.device
-    draw, draws = draw.to(device), draws.to(device)
-    if group is not None:
-        draw = draw.gather(1, group)
-    to_mask = selected & (draw < mask_ratio)
-    to_random = selected & (draw >= mask_ratio) & (draw < mask_ratio + random_ratio)
-    # index_select, not ordinary[index]: advanced indexing runs a parallel kernel
-    random_ids = ordinary.to(device).index_select(0, draws.reshape(-1)).view(input_ids.shape)
-    corrupted = torch.where(to_mask, torch.full_like(input_ids, vocab.mask_id), input_ids)
-    corrupted = torch.where(to_random, random_ids, corrupted)
-    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
-    return {**batch, "input_ids": corrupted, "mlm_labels": labels}
+    corrupted, labels = _replace_kernel(
+        kernel_seed(generator), as_numpy(input_ids), as_numpy(selected),
+        None if group is None else as_numpy(group), ordinary_ids(vocab), vocab.mask_id,
+        mask_ratio, random_ratio)
+    return with_labels(batch, corrupted, labels)
+
+
+def mask_tokens(batch: Batch, vocab: Vocab, options: MLMOptions, generator: torch.Generator) -> Batch:
+    """select_tokens then replace_selected, in one compiled call (one seed, one dispatch)."""
+    corrupted, labels = _mask_kernel(
+        kernel_seed(generator), as_numpy(batch["input_ids"]), as_numpy(batch["attention_mask"]),
+        as_numpy(batch["special_tokens_mask"]), ordinary_ids(vocab), vocab.mask_id,
+        options.mask_prob, options.mask_ratio, options.random_ratio)
+    return with_labels(batch, corrupted, labels)
+
+
+def with_labels(batch: Batch, corrupted: np.ndarray, labels: np.ndarray) -> Batch:
+    """The batch with corrupted ``input_ids`` and ``mlm_labels``, on the batch's device."""
+    device = batch["input_ids"].device
+    return {**batch, "input_ids": torch.from_numpy(corrupted).to(device),
+            "mlm_labels": torch.from_numpy(labels).to(device)}
+
+
+@functools.lru_cache(maxsize=8)
+def ordinary_ids(vocab: Vocab) -> np.ndarray:
+    """vocab.ordinary_ids() as an array, computed once per vocabulary (Vocab is frozen, so hashable)."""
+    return vocab.ordinary_ids().numpy()
+
+
+@njit(cache=True, nogil=True)
+def _choose_tokens(attention, special, mask_prob):
+    rows, length = attention.shape
+    selected = np.zeros((rows, length), np.bool_)
+    candidates = np.empty(length, np.int64)
+    for r in range(rows):
+        n = 0
+        for j in range(length):
+            if attention[r, j] != 0 and not special[r, j]:
+                candidates[n] = j
+                n += 1
+        # float32, as torch rounds n * mask_prob for an integer tensor
+        k = min(max(int(np.round(np.float32(n) * np.float32(mask_prob))), 1), n)
+        for i in range(k):  # the first k places of a Fisher-Yates shuffle: a uniform k-subset
+            t = np.random.randint(i, n)
+            candidates[i], candidates[t] = candidates[t], candidates[i]
+            selected[r, candidates[i]] = True
+    return selected
+
+
+@njit(cache=True, nogil=True)
+def replace_loop(ids, selected, group, ordinary, mask_id, mask_ratio, random_ratio):
+    rows, length = ids.shape
+    corrupted = ids.astype(np.int64)
+    labels = np.full((rows, length), IGNORE_INDEX, np.int64)
+    decision = np.empty(length)  # per group of the row; -1 until drawn
+    for r in range(rows):
+        decision[:] = -1.0
+        for j in range(length):
+            if not selected[r, j]:
+                continue
+            labels[r, j] = ids[r, j]
+            g = j if group is None else group[r, j]
+            if decision[g] < 0:
+                decision[g] = np.random.random()
+            if decision[g] < mask_ratio:
+                corrupted[r, j] = mask_id
+            elif decision[g] < mask_ratio + random_ratio:
+                corrupted[r, j] = ordinary[np.random.randint(0, len(ordinary))]
+    return corrupted, labels
+
+
+# The entry points seed the generator, then run the loops above.
+
+@njit(cache=True, nogil=True)
+def _select_kernel(seed, attention, special, mask_prob):
+    np.random.seed(seed)
+    return _choose_tokens(attention, special, mask_prob)
+
+
+@njit(cache=True, nogil=True)
+def _replace_kernel(seed, ids, selected, group, ordinary, mask_id, mask_ratio, random_ratio):
+    np.random.seed(seed)
+    return replace_loop(ids, selected, group, ordinary, mask_id, mask_ratio, random_ratio)
+
+
+@njit(cache=True, nogil=True)
+def _mask_kernel(seed, ids, attention, special, ordinary, mask_id, mask_prob, mask_ratio, random_ratio):
+    np.random.seed(seed)
+    selected = _choose_tokens(attention, special, mask_prob)
+    return replace_loop(ids, selected, None, ordinary, mask_id, mask_ratio, random_ratio)
 
 
 def masked_lm_loss(inputs: StepInputs) -> ObjectiveOutput:
@@ -305,9 +348,7 @@ def build(options: MLMOptions, context: BuildContext) -> Objective:
     check_masking_options("mlm", options)
 
     def mask(batch: Batch, generator: torch.Generator) -> Batch:
-        selected = select_tokens(batch, options.mask_prob, generator)
-        return replace_selected(batch, selected, context.vocab, options.mask_ratio,
-                                options.random_ratio, generator)
+        return mask_tokens(batch, context.vocab, options, generator)
 
     return Objective(loss=masked_lm_loss, heads={"mlm": MLMHead}, batch_transform=mask)
 

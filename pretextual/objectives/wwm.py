@@ -19,25 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from numba import njit
 
 from pretextual.errors import ConfigError
-from pretextual.objectives.mlm import (MLMHead, MLMOptions, on_cpu, check_masking_options,
-                                       masked_lm_loss, replace_selected)
-from pretextual.plugins.api import Batch, BuildContext, Objective, ObjectiveSpec
+from pretextual.objectives.mlm import (MLMHead, MLMOptions, as_numpy, check_masking_options,
+                                       kernel_seed, masked_lm_loss, ordinary_ids, replace_loop,
+                                       with_labels)
+from pretextual.plugins.api import Batch, BuildContext, Objective, ObjectiveSpec, Vocab
 from pretextual.plugins.hookspecs import hookimpl
-
-
-def word_index(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """The word of every position and which positions may be predicted.
-
-    Returns ``(word, candidates)``: ``word`` [batch, seq] numbers the words of
-    each row from 0 (special tokens and padding are words of their own and a
-    word never continues past one); ``candidates`` marks the ordinary pieces.
-    """
-    candidates = batch["attention_mask"].bool() & ~batch["special_tokens_mask"].bool()
-    starts = batch["word_starts"].bool() | ~candidates
-    starts[:, 1:] |= ~candidates[:, :-1]
-    return starts.long().cumsum(1) - 1, candidates
 
 
 def select_words(batch: Batch, mask_prob: float, generator: torch.Generator
@@ -49,52 +38,86 @@ def select_words(batch: Batch, mask_prob: float, generator: torch.Generator
     of its pieces' running count falls below the budget, so a word that
     straddles the budget is taken as often as it is left, and the expected
     count matches the budget. A row with any ordinary piece gets at least one
-    word. Memory is linear in the sequence length (no [seq, seq] comparison).
+    word. Words are found by :func:`find_words`.
 
-    Returns ``(selected, word)``: a boolean [batch, seq] mask and the word
-    index of every position (for a per-word replacement decision).
+    Returns ``(selected, word)``: a boolean [batch, seq] mask and, at the
+    selected positions, the position where their word starts (for a per-word
+    replacement decision).
     """
-    if on_cpu(batch, "attention_mask", "special_tokens_mask", "word_starts"):
-        return _select_words_numpy(batch, mask_prob, generator)
-    word, candidates = word_index(batch)
-    pieces = torch.zeros_like(word).scatter_add_(1, word, candidates.long())  # per word index
-    score = torch.rand(word.shape, generator=generator).masked_fill_(pieces == 0, 2.0)
-    order = score.argsort(dim=1)  # a random order of the words; empty word slots last
-    pieces_in_order = pieces.gather(1, order)
-    midpoint = pieces_in_order.cumsum(1) - pieces_in_order / 2
-    budget = candidates.sum(1, keepdim=True) * mask_prob
-    first_in_order = torch.arange(word.shape[1]) == 0
-    take = ((midpoint < budget) | first_in_order) & (pieces_in_order > 0)
-    chosen = torch.zeros_like(take).scatter_(1, order, take)  # back to word-index order
-    return chosen.gather(1, word) & candidates, word
+    attention = batch["attention_mask"]
+    selected, word = _select_kernel(kernel_seed(generator), as_numpy(attention),
+                                    as_numpy(batch["special_tokens_mask"]),
+                                    as_numpy(batch["word_starts"]), mask_prob)
+    return torch.from_numpy(selected).to(attention.device), torch.from_numpy(word).to(attention.device)
 
 
-def _select_words_numpy(batch: Batch, mask_prob: float, generator: torch.Generator
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """select_words in NumPy, from the same draw (as mlm's masking does on the CPU: each
-    torch op on a [batch, seq] tensor costs microseconds of dispatch)."""
-    candidates = ((batch["attention_mask"].numpy() != 0)
-                  & ~batch["special_tokens_mask"].numpy().astype(bool))
-    starts = batch["word_starts"].numpy().astype(bool) | ~candidates
-    starts[:, 1:] |= ~candidates[:, :-1]
-    word = np.cumsum(starts, axis=1, dtype=np.int64) - 1
-    rows, length = word.shape
-    row = np.arange(rows)[:, None]
-    pieces = np.bincount((word + length * row)[candidates], minlength=rows * length
-                         ).reshape(rows, length)  # ordinary pieces per word index
-    score = torch.rand(word.shape, generator=generator).numpy()
-    score[pieces == 0] = 2.0
-    order = np.argsort(score, axis=1)
-    pieces_in_order = pieces[row, order]
-    # float32, as torch computes them
-    midpoint = (np.cumsum(pieces_in_order, axis=1).astype(np.float32)
-                - pieces_in_order.astype(np.float32) / np.float32(2))
-    budget = candidates.sum(1, keepdims=True).astype(np.float32) * np.float32(mask_prob)
-    take = (midpoint < budget) & (pieces_in_order > 0)
-    take[:, 0] = pieces_in_order[:, 0] > 0
-    chosen = np.zeros_like(take)
-    chosen[row, order] = take  # back to word-index order
-    return torch.from_numpy(chosen[row, word] & candidates), torch.from_numpy(word)
+def mask_words(batch: Batch, vocab: Vocab, options: MLMOptions, generator: torch.Generator) -> Batch:
+    """select_words then mlm's replacement per word, in one compiled call."""
+    corrupted, labels = _mask_kernel(
+        kernel_seed(generator), as_numpy(batch["input_ids"]), as_numpy(batch["attention_mask"]),
+        as_numpy(batch["special_tokens_mask"]), as_numpy(batch["word_starts"]),
+        ordinary_ids(vocab), vocab.mask_id, options.mask_prob, options.mask_ratio,
+        options.random_ratio)
+    return with_labels(batch, corrupted, labels)
+
+
+@njit(cache=True, nogil=True)
+def find_words(attention, special, word_starts, r, first, pieces, stretch):
+    """The words of row ``r`` that hold ordinary pieces, in order: the first position and
+    the number of pieces of each, and the stretch between special tokens it lies in, written
+    to ``first``, ``pieces`` and ``stretch``. A word is a word start and the ordinary pieces
+    after it: a special token or padding ends it. Returns (words, ordinary pieces)."""
+    n_words, total, previous, between = 0, 0, False, 0
+    for j in range(attention.shape[1]):
+        candidate = attention[r, j] != 0 and not special[r, j]
+        if not candidate:
+            between += 1
+        else:
+            if word_starts[r, j] or not previous:
+                first[n_words], pieces[n_words], stretch[n_words] = j, 0, between
+                n_words += 1
+            pieces[n_words - 1] += 1
+            total += 1
+        previous = candidate
+    return n_words, total
+
+
+@njit(cache=True, nogil=True)
+def _choose_words(attention, special, word_starts, mask_prob):
+    rows, length = attention.shape
+    selected = np.zeros((rows, length), np.bool_)
+    word = np.zeros((rows, length), np.int64)
+    first, pieces = np.empty(length, np.int64), np.empty(length, np.int64)
+    stretch, order = np.empty(length, np.int64), np.empty(length, np.int64)
+    for r in range(rows):
+        n_words, total = find_words(attention, special, word_starts, r, first, pieces, stretch)
+        budget = np.float32(total) * np.float32(mask_prob)
+        covered = 0
+        order[:n_words] = np.arange(n_words)
+        for i in range(n_words):  # the words in a random order (Fisher-Yates), while the budget lasts
+            t = np.random.randint(i, n_words)
+            order[i], order[t] = order[t], order[i]
+            k = order[i]
+            if i > 0 and covered + pieces[k] / 2 >= budget:
+                break
+            covered += pieces[k]
+            selected[r, first[k]:first[k] + pieces[k]] = True
+            word[r, first[k]:first[k] + pieces[k]] = first[k]
+    return selected, word
+
+
+@njit(cache=True, nogil=True)
+def _select_kernel(seed, attention, special, word_starts, mask_prob):
+    np.random.seed(seed)
+    return _choose_words(attention, special, word_starts, mask_prob)
+
+
+@njit(cache=True, nogil=True)
+def _mask_kernel(seed, ids, attention, special, word_starts, ordinary, mask_id, mask_prob,
+                 mask_ratio, random_ratio):
+    np.random.seed(seed)
+    selected, word = _choose_words(attention, special, word_starts, mask_prob)
+    return replace_loop(ids, selected, word, ordinary, mask_id, mask_ratio, random_ratio)
 
 
 def build(options: MLMOptions, context: BuildContext) -> Objective:
@@ -105,9 +128,7 @@ def build(options: MLMOptions, context: BuildContext) -> Objective:
                           "a tokenizer with a pre-tokenizer")
 
     def mask(batch: Batch, generator: torch.Generator) -> Batch:
-        selected, word = select_words(batch, options.mask_prob, generator)
-        return replace_selected(batch, selected, context.vocab, options.mask_ratio,
-                                options.random_ratio, generator, group=word)
+        return mask_words(batch, context.vocab, options, generator)
 
     return Objective(loss=masked_lm_loss, heads={"mlm": MLMHead}, batch_transform=mask)
 

@@ -86,6 +86,32 @@ def test_masking_statistics_over_100k_tokens():
     assert randomised / selected == pytest.approx(0.10 * 994 / 995, abs=0.01)
 
 
+def test_each_row_predicts_its_exact_count_at_uniform_places_with_uniform_random_tokens():
+    """k = round(0.15 n) of each row's n ordinary tokens, every place and every ordinary
+    random token equally likely (all selected tokens randomised here, to count them)."""
+    mask = build_mlm(mask_ratio=0.0, random_ratio=1.0).batch_transform
+    early = chosen = 0
+    drawn = torch.zeros(VOCAB.size)
+    for seed in range(20):
+        batch = random_batch(seed=seed)
+        out = mask(batch, torch.Generator().manual_seed(seed))
+        sel = out["mlm_labels"] != -100
+        cand = batch["attention_mask"].bool() & ~batch["special_tokens_mask"]
+        n = cand.sum(1)
+        assert torch.equal(sel.sum(1), torch.round(n * 0.15).long().clamp(min=1))
+        place = cand.long().cumsum(1) - 1  # rank of each ordinary token in its row
+        early += int((sel & (place < (n[:, None] / 2))).sum())
+        chosen += int(sel.sum())
+        drawn += torch.bincount(out["input_ids"][sel], minlength=VOCAB.size)
+    assert chosen > 15_000
+    assert early / chosen == pytest.approx(0.5, abs=0.015)  # first half of the row as often as the second
+    assert drawn[:5].sum() == 0  # never a special token
+    expected = chosen / (VOCAB.size - 5)
+    chi2 = float(((drawn[5:] - expected) ** 2 / expected).sum())
+    dof = VOCAB.size - 6
+    assert abs(chi2 - dof) < 5 * (2 * dof) ** 0.5  # uniform over the 995 ordinary ids
+
+
 def test_masks_are_dynamic_and_reproducible():
     mask = build_mlm().batch_transform
     batch = random_batch(rows=8)

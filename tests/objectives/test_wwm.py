@@ -8,7 +8,6 @@ from objective_corpora import changes_only_at, collate_rows, context_for, mask_c
 from pretextual.core.data import TokenizedDocuments
 from pretextual.core.tokenizer import SPECIAL_TOKENS, vocab_of
 from pretextual.errors import ConfigError
-from pretextual.objectives import mlm, wwm
 
 
 @pytest.fixture(scope="module")
@@ -108,18 +107,3 @@ def test_bad_masking_options_name_the_key(plugins, wordpiece):
     spec = plugins.objective("wwm")
     with pytest.raises(ConfigError, match=r"objectives\.wwm\.mask_prob must be in \(0, 1\)"):
         spec.build(spec.options(mask_prob=1.5), context_for(wordpiece))
-
-
-@pytest.mark.parametrize("name", ["mlm", "wwm"])
-def test_the_numpy_path_masks_as_the_torch_path(name, plugins, wordpiece_documents, wordpiece,
-                                                monkeypatch):
-    """CPU batches are masked in NumPy, others (GPU) in torch, from the same draws."""
-    spec = plugins.objective(name)
-    transform = spec.build(spec.options(), context_for(wordpiece)).batch_transform
-    numpy_path = mask_corpus(transform, wordpiece_documents, vocab_of(wordpiece))
-    for module in (mlm, wwm):
-        monkeypatch.setattr(module, "on_cpu", lambda *_: False)
-    torch_path = mask_corpus(transform, wordpiece_documents, vocab_of(wordpiece))
-    assert numpy_path.selected.sum() > 10_000
-    assert torch.equal(numpy_path.corrupted, torch_path.corrupted)
-    assert torch.equal(numpy_path.labels, torch_path.labels)
