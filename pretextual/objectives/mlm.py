@@ -5,29 +5,30 @@ Hides ``mask_prob`` of the ordinary tokens of each sequence; of those,
 rest stay unchanged. The head predicts the original token at the selected
 positions only (sparse prediction, as Google's run_pretraining.py does).
 
-The head, the loss and the 80/10/10 replacement are shared with whole-word and
-span masking, which differ only in how they choose the positions.
+The head and the loss are shared with whole-word and span masking; the masking
+itself (choosing positions, the 80/10/10 replacement) is in masking.py.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from numba import njit
 from torch import nn
 
 from pretextual.core.encoder import BertModel
 from pretextual.core.fastpath import linear
 from pretextual.errors import ConfigError
+from pretextual.objectives.masking import IGNORE_INDEX, mask_tokens, replace_selected, select_tokens
 from pretextual.plugins.api import (Batch, BuildContext, Objective, ObjectiveOutput, ObjectiveSpec,
-                                    StepInputs, Vocab)
+                                    StepInputs)
 from pretextual.plugins.hookspecs import hookimpl
 
-IGNORE_INDEX = -100
+__all__ = ["IGNORE_INDEX", "MLMHead", "MLMOptions", "build", "check_masking_options",
+           "masked_lm_loss", "replace_selected", "select_tokens"]
+"""What plugins reuse (docs/plugins.md); select_tokens and replace_selected live in masking.py."""
+
 
 
 @dataclass
@@ -192,139 +193,6 @@ class _VocabCrossEntropy(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None
 
 
-# The masking runs in the data pipeline, once per batch, over small [batch, seq] arrays:
-# as a few dozen torch or NumPy calls it is their dispatch that costs (1-10 us each), so
-# each step is one compiled loop over the rows (numba), which also draws only the random
-# numbers it uses. A loop seeds its own generator (numba's per-thread Mersenne Twister)
-# from the batch's torch.Generator, so a batch stays a pure function of the seed.
-# Tensors on another device are masked on the CPU and moved back.
-
-def kernel_seed(generator: torch.Generator) -> int:
-    """A seed for one compiled masking loop, drawn from the batch's generator."""
-    return int(torch.randint(2**32, (1,), generator=generator))  # init_genrand takes 32 bits
-
-
-def as_numpy(t: torch.Tensor) -> np.ndarray:
-    """The tensor as a NumPy array (a view for a CPU tensor outside autograd)."""
-    return t.detach().cpu().numpy()
-
-
-def select_tokens(batch: Batch, mask_prob: float, generator: torch.Generator) -> torch.Tensor:
-    """Choose round(mask_prob * n) of the n ordinary tokens of each row (at least one).
-
-    A fixed count per row, as Google's create_pretraining_data.py draws, so no
-    row goes without a prediction; every set of that many ordinary tokens is
-    equally likely. Returns a boolean [batch, seq] mask.
-    """
-    attention = batch["attention_mask"]
-    selected = _select_kernel(kernel_seed(generator), as_numpy(attention),
-                              as_numpy(batch["special_tokens_mask"]), mask_prob)
-    return torch.from_numpy(selected).to(attention.device)
-
-
-def replace_selected(batch: Batch, selected: torch.Tensor, vocab: Vocab, mask_ratio: float,
-                     random_ratio: float, generator: torch.Generator,
-                     group: torch.Tensor | None = None) -> Batch:
-    """Apply the 80/10/10 rule at the ``selected`` positions and add ``mlm_labels``.
-
-    ``group`` ([batch, seq] ints in [0, seq)) makes the decision once per
-    group (a word or a span) instead of once per token; each randomly replaced
-    position still gets a token of its own. Random tokens are drawn from the
-    ordinary vocabulary only, never special tokens.
-    """
-    input_ids = batch["input_ids"]
-    corrupted, labels = _replace_kernel(
-        kernel_seed(generator), as_numpy(input_ids), as_numpy(selected),
-        None if group is None else as_numpy(group), ordinary_ids(vocab), vocab.mask_id,
-        mask_ratio, random_ratio)
-    return with_labels(batch, corrupted, labels)
-
-
-def mask_tokens(batch: Batch, vocab: Vocab, options: MLMOptions, generator: torch.Generator) -> Batch:
-    """select_tokens then replace_selected, in one compiled call (one seed, one dispatch)."""
-    corrupted, labels = _mask_kernel(
-        kernel_seed(generator), as_numpy(batch["input_ids"]), as_numpy(batch["attention_mask"]),
-        as_numpy(batch["special_tokens_mask"]), ordinary_ids(vocab), vocab.mask_id,
-        options.mask_prob, options.mask_ratio, options.random_ratio)
-    return with_labels(batch, corrupted, labels)
-
-
-def with_labels(batch: Batch, corrupted: np.ndarray, labels: np.ndarray) -> Batch:
-    """The batch with corrupted ``input_ids`` and ``mlm_labels``, on the batch's device."""
-    device = batch["input_ids"].device
-    return {**batch, "input_ids": torch.from_numpy(corrupted).to(device),
-            "mlm_labels": torch.from_numpy(labels).to(device)}
-
-
-@functools.lru_cache(maxsize=8)
-def ordinary_ids(vocab: Vocab) -> np.ndarray:
-    """vocab.ordinary_ids() as an array, computed once per vocabulary (Vocab is frozen, so hashable)."""
-    return vocab.ordinary_ids().numpy()
-
-
-@njit(cache=True, nogil=True)
-def _choose_tokens(attention, special, mask_prob):
-    rows, length = attention.shape
-    selected = np.zeros((rows, length), np.bool_)
-    candidates = np.empty(length, np.int64)
-    for r in range(rows):
-        n = 0
-        for j in range(length):
-            if attention[r, j] != 0 and not special[r, j]:
-                candidates[n] = j
-                n += 1
-        # float32, as torch rounds n * mask_prob for an integer tensor
-        k = min(max(int(np.round(np.float32(n) * np.float32(mask_prob))), 1), n)
-        for i in range(k):  # the first k places of a Fisher-Yates shuffle: a uniform k-subset
-            t = np.random.randint(i, n)
-            candidates[i], candidates[t] = candidates[t], candidates[i]
-            selected[r, candidates[i]] = True
-    return selected
-
-
-@njit(cache=True, nogil=True)
-def replace_loop(ids, selected, group, ordinary, mask_id, mask_ratio, random_ratio):
-    rows, length = ids.shape
-    corrupted = ids.astype(np.int64)
-    labels = np.full((rows, length), IGNORE_INDEX, np.int64)
-    decision = np.empty(length)  # per group of the row; -1 until drawn
-    for r in range(rows):
-        decision[:] = -1.0
-        for j in range(length):
-            if not selected[r, j]:
-                continue
-            labels[r, j] = ids[r, j]
-            g = j if group is None else group[r, j]
-            if decision[g] < 0:
-                decision[g] = np.random.random()
-            if decision[g] < mask_ratio:
-                corrupted[r, j] = mask_id
-            elif decision[g] < mask_ratio + random_ratio:
-                corrupted[r, j] = ordinary[np.random.randint(0, len(ordinary))]
-    return corrupted, labels
-
-
-# The entry points seed the generator, then run the loops above.
-
-@njit(cache=True, nogil=True)
-def _select_kernel(seed, attention, special, mask_prob):
-    np.random.seed(seed)
-    return _choose_tokens(attention, special, mask_prob)
-
-
-@njit(cache=True, nogil=True)
-def _replace_kernel(seed, ids, selected, group, ordinary, mask_id, mask_ratio, random_ratio):
-    np.random.seed(seed)
-    return replace_loop(ids, selected, group, ordinary, mask_id, mask_ratio, random_ratio)
-
-
-@njit(cache=True, nogil=True)
-def _mask_kernel(seed, ids, attention, special, ordinary, mask_id, mask_prob, mask_ratio, random_ratio):
-    np.random.seed(seed)
-    selected = _choose_tokens(attention, special, mask_prob)
-    return replace_loop(ids, selected, None, ordinary, mask_id, mask_ratio, random_ratio)
-
-
 def masked_lm_loss(inputs: StepInputs) -> ObjectiveOutput:
     """Cross-entropy of the MLM head, run only at the labelled positions."""
     labels = inputs.batch["mlm_labels"].reshape(-1)
@@ -348,7 +216,8 @@ def build(options: MLMOptions, context: BuildContext) -> Objective:
     check_masking_options("mlm", options)
 
     def mask(batch: Batch, generator: torch.Generator) -> Batch:
-        return mask_tokens(batch, context.vocab, options, generator)
+        return mask_tokens(batch, context.vocab, options.mask_prob, options.mask_ratio,
+                           options.random_ratio, generator)
 
     return Objective(loss=masked_lm_loss, heads={"mlm": MLMHead}, batch_transform=mask)
 

@@ -24,12 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from numba import njit
 
 from pretextual.errors import ConfigError
-from pretextual.objectives.mlm import (MLMHead, as_numpy, check_masking_options, kernel_seed,
-                                       masked_lm_loss, ordinary_ids, replace_loop, with_labels)
-from pretextual.objectives.wwm import find_words
+from pretextual.objectives.masking import mask_spans
+from pretextual.objectives.mlm import MLMHead, check_masking_options, masked_lm_loss
 from pretextual.plugins.api import Batch, BuildContext, Objective, ObjectiveSpec
 from pretextual.plugins.hookspecs import hookimpl
 
@@ -57,91 +55,11 @@ def check_span_options(options: SpanOptions) -> None:
     check_masking_options("span", options)
 
 
-def span_length_cdf(p: float, max_span: int) -> np.ndarray:
-    """The cumulative distribution of span lengths 1..max_span, P(l) proportional to
-    p (1 - p)^(l - 1): Geo(p) truncated at ``max_span`` (SpanBERT's ``len_distrib``)."""
+def span_length_weights(p: float, max_span: int) -> np.ndarray:
+    """P(l) for span lengths l = 1..max_span: p (1 - p)^(l - 1), renormalised, i.e. Geo(p)
+    truncated at ``max_span`` (SpanBERT's ``len_distrib``)."""
     weights = p * (1.0 - p) ** np.arange(max_span, dtype=np.float64)
-    return np.cumsum(weights) / weights.sum()
-
-
-def sample_span_lengths(n: int, p: float, max_span: int, generator: torch.Generator) -> torch.Tensor:
-    """``n`` span lengths in [1, max_span] drawn from :func:`span_length_cdf` (int64, shape [n])."""
-    cdf = torch.from_numpy(span_length_cdf(p, max_span))
-    draws = torch.rand(n, generator=generator, dtype=torch.float64)
-    return (torch.searchsorted(cdf, draws, right=True) + 1).clamp_(max=max_span)
-
-
-def select_spans(batch: Batch, options: SpanOptions, generator: torch.Generator
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choose spans of whole words covering about ``mask_prob`` of the ordinary pieces of each row.
-
-    The row's words are visited in a random order; from each word not yet
-    hidden a span starts, of a length drawn from :func:`span_length_cdf`, and
-    hides that many words from there, stopping early at a special token, at a
-    word already hidden or at the end of the row. A word is added while the
-    budget (``mask_prob`` x ordinary pieces) is not yet reached at its
-    midpoint, so the expected count matches the budget. A row with any
-    ordinary piece gets at least one word. Words are those of wwm's find_words.
-
-    Returns ``(selected, span)``: a boolean [batch, seq] mask and, at the
-    selected positions, the position where their span starts (for a per-span
-    replacement decision).
-    """
-    attention = batch["attention_mask"]
-    selected, span = _select_kernel(
-        kernel_seed(generator), as_numpy(attention), as_numpy(batch["special_tokens_mask"]),
-        as_numpy(batch["word_starts"]), options.mask_prob, span_length_cdf(options.p, options.max_span))
-    return torch.from_numpy(selected).to(attention.device), torch.from_numpy(span).to(attention.device)
-
-
-@njit(cache=True, nogil=True)
-def _choose_spans(attention, special, word_starts, mask_prob, cdf):
-    rows, length = attention.shape
-    selected = np.zeros((rows, length), np.bool_)
-    span = np.zeros((rows, length), np.int64)
-    first, pieces = np.empty(length, np.int64), np.empty(length, np.int64)
-    stretch, order = np.empty(length, np.int64), np.empty(length, np.int64)
-    hidden = np.empty(length, np.bool_)
-    for r in range(rows):
-        n_words, total = find_words(attention, special, word_starts, r, first, pieces, stretch)
-        budget = np.float32(total) * np.float32(mask_prob)
-        order[:n_words] = np.arange(n_words)
-        hidden[:n_words] = False
-        count, full = 0, False
-        for i in range(n_words):  # the words in a random order (Fisher-Yates)
-            t = np.random.randint(i, n_words)
-            order[i], order[t] = order[t], order[i]
-            start = order[i]
-            if hidden[start]:
-                continue
-            span_length = min(np.searchsorted(cdf, np.random.random(), side="right") + 1, len(cdf))
-            for w in range(start, min(start + span_length, n_words)):
-                if hidden[w] or stretch[w] != stretch[start]:
-                    break
-                full = count > 0 and count + pieces[w] / 2 >= budget
-                if full:
-                    break
-                hidden[w] = True
-                count += pieces[w]
-                selected[r, first[w]:first[w] + pieces[w]] = True
-                span[r, first[w]:first[w] + pieces[w]] = first[start]
-            if full:
-                break
-    return selected, span
-
-
-@njit(cache=True, nogil=True)
-def _select_kernel(seed, attention, special, word_starts, mask_prob, cdf):
-    np.random.seed(seed)
-    return _choose_spans(attention, special, word_starts, mask_prob, cdf)
-
-
-@njit(cache=True, nogil=True)
-def _mask_kernel(seed, ids, attention, special, word_starts, ordinary, mask_id, mask_prob, cdf,
-                 mask_ratio, random_ratio):
-    np.random.seed(seed)
-    selected, span = _choose_spans(attention, special, word_starts, mask_prob, cdf)
-    return replace_loop(ids, selected, span, ordinary, mask_id, mask_ratio, random_ratio)
+    return weights / weights.sum()
 
 
 def build(options: SpanOptions, context: BuildContext) -> Objective:
@@ -151,16 +69,11 @@ def build(options: SpanOptions, context: BuildContext) -> Objective:
                           "pre-tokenizer), so spans of whole words cannot be found; use "
                           "objectives.mlm or a tokenizer with a pre-tokenizer")
 
-    cdf = span_length_cdf(options.p, options.max_span)
+    lengths = span_length_weights(options.p, options.max_span)
 
     def mask(batch: Batch, generator: torch.Generator) -> Batch:
-        # select_spans then mlm's replacement per span, in one compiled call
-        corrupted, labels = _mask_kernel(
-            kernel_seed(generator), as_numpy(batch["input_ids"]), as_numpy(batch["attention_mask"]),
-            as_numpy(batch["special_tokens_mask"]), as_numpy(batch["word_starts"]),
-            ordinary_ids(context.vocab), context.vocab.mask_id, options.mask_prob, cdf,
-            options.mask_ratio, options.random_ratio)
-        return with_labels(batch, corrupted, labels)
+        return mask_spans(batch, context.vocab, options.mask_prob, lengths, options.mask_ratio,
+                          options.random_ratio, generator)
 
     return Objective(loss=masked_lm_loss, heads={"mlm": MLMHead}, batch_transform=mask)
 
