@@ -21,8 +21,8 @@ from benchmarks.isolated import Isolated
 from benchmarks.workloads import (OptimizerSpec, Workspace, hf_config, hf_model, hf_tokenizer,
                                   optimizer_description, synthetic_pair_batch, to_device)
 from pretextual.core.fastpath import keep_freed_memory
+from pretextual.objectives.masking import IGNORE_INDEX
 
-IGNORE_INDEX = -100
 
 
 def autocast(device: torch.device, bf16: bool):

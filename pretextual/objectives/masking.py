@@ -27,7 +27,7 @@ IGNORE_INDEX = -100
 """The label of a position that is not predicted (torch's cross_entropy default)."""
 
 WHOLE_WORDS = np.ones(1)
-"""A span-length distribution that puts all its mass on one word: spans are whole words."""
+"""The span-length distribution (cumulative) with all its mass on one word: spans are whole words."""
 
 
 def kernel_seed(generator: torch.Generator) -> int:
@@ -73,13 +73,13 @@ def mask_tokens(batch: Batch, vocab: Vocab, mask_prob: float, mask_ratio: float,
     return with_labels(batch, corrupted, labels)
 
 
-def mask_spans(batch: Batch, vocab: Vocab, mask_prob: float, span_lengths: np.ndarray,
+def mask_spans(batch: Batch, vocab: Vocab, mask_prob: float, span_cdf: np.ndarray,
                mask_ratio: float, random_ratio: float, generator: torch.Generator) -> Batch:
-    """``span`` (and ``wwm``, with ``span_lengths=WHOLE_WORDS``): spans of whole words.
+    """``span`` (and ``wwm``, with ``span_cdf=WHOLE_WORDS``): spans of whole words.
 
     The words of a row (see :func:`find_words`) are visited in a random order;
     from each word not yet hidden a span starts, its length in words drawn from
-    ``span_lengths`` (P(l) for l = 1, 2, ...), and hides that many words from
+    ``span_cdf`` (P(length <= l) for l = 1, 2, ...), and hides that many words from
     there, stopping early at a special token, at a word already hidden or at the
     end of the row. A word is hidden while the budget (``mask_prob`` x ordinary
     pieces) is not yet reached at its midpoint, so a word that straddles the
@@ -91,8 +91,7 @@ def mask_spans(batch: Batch, vocab: Vocab, mask_prob: float, span_lengths: np.nd
     corrupted, labels = _mask_spans_kernel(
         kernel_seed(generator), as_numpy(batch["input_ids"]), as_numpy(batch["attention_mask"]),
         as_numpy(batch["special_tokens_mask"]), as_numpy(batch["word_starts"]),
-        ordinary_array(vocab), vocab.mask_id, mask_prob, np.cumsum(span_lengths),
-        mask_ratio, random_ratio)
+        ordinary_array(vocab), vocab.mask_id, mask_prob, span_cdf, mask_ratio, random_ratio)
     return with_labels(batch, corrupted, labels)
 
 
@@ -136,9 +135,9 @@ def replace_selected(batch: Batch, selected: torch.Tensor, vocab: Vocab, mask_ra
     return with_labels(batch, corrupted, labels)
 
 
-def sample_span_lengths(n: int, span_lengths: np.ndarray, generator: torch.Generator) -> torch.Tensor:
+def sample_span_lengths(n: int, span_cdf: np.ndarray, generator: torch.Generator) -> torch.Tensor:
     """``n`` lengths drawn as :func:`mask_spans` draws them (int64, shape [n]); for tests."""
-    return torch.from_numpy(_span_lengths_kernel(kernel_seed(generator), n, np.cumsum(span_lengths)))
+    return torch.from_numpy(_span_lengths_kernel(kernel_seed(generator), n, span_cdf))
 
 
 # --- the compiled loops --------------------------------------------------------------------------

@@ -25,10 +25,9 @@ from pretextual.plugins.api import (Batch, BuildContext, Objective, ObjectiveOut
                                     StepInputs)
 from pretextual.plugins.hookspecs import hookimpl
 
+# What plugins reuse (docs/plugins.md); select_tokens and replace_selected live in masking.py.
 __all__ = ["IGNORE_INDEX", "MLMHead", "MLMOptions", "build", "check_masking_options",
            "masked_lm_loss", "replace_selected", "select_tokens"]
-"""What plugins reuse (docs/plugins.md); select_tokens and replace_selected live in masking.py."""
-
 
 
 @dataclass

@@ -55,11 +55,11 @@ def check_span_options(options: SpanOptions) -> None:
     check_masking_options("span", options)
 
 
-def span_length_weights(p: float, max_span: int) -> np.ndarray:
-    """P(l) for span lengths l = 1..max_span: p (1 - p)^(l - 1), renormalised, i.e. Geo(p)
+def span_length_cdf(p: float, max_span: int) -> np.ndarray:
+    """P(length <= l) for l = 1..max_span, P(l) proportional to p (1 - p)^(l - 1): Geo(p)
     truncated at ``max_span`` (SpanBERT's ``len_distrib``)."""
     weights = p * (1.0 - p) ** np.arange(max_span, dtype=np.float64)
-    return weights / weights.sum()
+    return np.cumsum(weights) / weights.sum()
 
 
 def build(options: SpanOptions, context: BuildContext) -> Objective:
@@ -69,10 +69,10 @@ def build(options: SpanOptions, context: BuildContext) -> Objective:
                           "pre-tokenizer), so spans of whole words cannot be found; use "
                           "objectives.mlm or a tokenizer with a pre-tokenizer")
 
-    lengths = span_length_weights(options.p, options.max_span)
+    cdf = span_length_cdf(options.p, options.max_span)  # once, not per batch
 
     def mask(batch: Batch, generator: torch.Generator) -> Batch:
-        return mask_spans(batch, context.vocab, options.mask_prob, lengths, options.mask_ratio,
+        return mask_spans(batch, context.vocab, options.mask_prob, cdf, options.mask_ratio,
                           options.random_ratio, generator)
 
     return Objective(loss=masked_lm_loss, heads={"mlm": MLMHead}, batch_transform=mask)

@@ -10,7 +10,7 @@ from pretextual.core.data import TokenizedDocuments
 from pretextual.core.tokenizer import vocab_of
 from pretextual.errors import ConfigError
 from pretextual.objectives.masking import sample_span_lengths
-from pretextual.objectives.span import span_length_weights
+from pretextual.objectives.span import span_length_cdf
 
 
 def truncated_geometric(p: float, max_span: int) -> list[float]:
@@ -21,8 +21,8 @@ def truncated_geometric(p: float, max_span: int) -> list[float]:
 
 @pytest.mark.parametrize("p, max_span", [(0.2, 10), (0.5, 3), (0.05, 20)])
 def test_span_lengths_follow_the_truncated_geometric(p, max_span):
-    weights = span_length_weights(p, max_span)
-    lengths = sample_span_lengths(200_000, weights, torch.Generator().manual_seed(0))
+    cdf = span_length_cdf(p, max_span)
+    lengths = sample_span_lengths(200_000, cdf, torch.Generator().manual_seed(0))
     probs = truncated_geometric(p, max_span)
     mean = sum(k * q for k, q in zip(range(1, max_span + 1), probs))
     assert lengths.min() >= 1 and lengths.max() <= max_span
@@ -32,13 +32,13 @@ def test_span_lengths_follow_the_truncated_geometric(p, max_span):
 
 
 def test_spanbert_defaults_give_the_papers_mean_length():
-    weights = span_length_weights(0.2, 10)
-    lengths = sample_span_lengths(200_000, weights, torch.Generator().manual_seed(1))
+    cdf = span_length_cdf(0.2, 10)
+    lengths = sample_span_lengths(200_000, cdf, torch.Generator().manual_seed(1))
     assert abs(lengths.double().mean().item() - 3.8) < 0.05  # SpanBERT reports a mean of 3.8 words
 
 
 def test_p_of_one_gives_single_words():
-    lengths = sample_span_lengths(1000, span_length_weights(1.0, 10), torch.Generator().manual_seed(0))
+    lengths = sample_span_lengths(1000, span_length_cdf(1.0, 10), torch.Generator().manual_seed(0))
     assert torch.equal(lengths, torch.ones(1000, dtype=lengths.dtype))
 
 
