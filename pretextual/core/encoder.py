@@ -8,7 +8,7 @@ What differs from a textbook BERT is only how fast it runs, never what it
 computes (measured in benchmarks/, see docs/benchmarks.md):
 
 * linear layers and dropout go through :mod:`pretextual.core.fastpath`
-  (oneDNN GEMMs on AMD CPUs, NumPy dropout masks on the CPU);
+  (oneDNN GEMMs on AMD CPUs, compiled dropout on the CPU);
 * query, key and value are one GEMM on the concatenated weights (the
   parameters stay three ``nn.Linear``, as Hugging Face names them);
 * the attention mask becomes an additive bias once per forward pass, and is

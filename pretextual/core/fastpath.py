@@ -10,12 +10,13 @@ which must see plain aten ops.
   AVX-512 and torch's default BLAS (MKL) does not: about 2x faster there.
   Elsewhere F.linear stays (see :func:`onednn_linear_wanted`).
   ``PRETEXTUAL_ONEDNN_LINEAR=1`` or ``0`` forces it on or off.
-* :func:`dropout` / :class:`Dropout`: inverted dropout with its keep mask
-  drawn by NumPy on the CPU from 16-bit integers, about 4x faster than
-  torch's ``bernoulli_`` (a bf16 training step 7% faster than with float32
-  uniforms).
+* :func:`dropout` / :class:`Dropout`: inverted dropout as one compiled loop
+  (numba) whose keep mask comes from a counter-based generator (SplitMix64 of
+  the element's index), so backward recomputes the mask instead of storing it:
+  forward and backward 3.7-4.6x faster than torch's on 1-2M elements, and a
+  bf16 training step 1.15x faster than with the NumPy mask it replaced.
 * :func:`attention`: with dropout on the CPU, attention written out with
-  :func:`dropout`'s mask instead of torch's math kernel and its ``bernoulli_``.
+  :func:`dropout` instead of torch's math kernel and its ``bernoulli_``.
 * :func:`keep_freed_memory`: glibc's malloc keeps large freed blocks for reuse
   instead of returning them to the system, so a training step does not page-fault
   its activations in afresh every time.
@@ -33,6 +34,9 @@ import os
 import numpy as np
 import torch
 import torch.nn.functional as F
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 from torch import nn
 
 ONEDNN_ENV = "PRETEXTUAL_ONEDNN_LINEAR"
@@ -190,52 +194,111 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
-def keep_mask(shape: tuple[int, ...], p: float, seed: int) -> torch.Tensor:
-    """A float32 dropout mask: 0 with probability about ``p``, else 1/(1 - that probability).
+# Dropout's keep/drop decisions: element i of a call is kept when the high 32 bits of
+# SplitMix64's i-th output from the call's seed are at least round(p * 2^32). The
+# decision is a pure function of (seed, i), so backward recomputes the mask instead of
+# storing it, and the loop, free of a generator's state, vectorizes.
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
-    The draws are 16-bit integers (NumPy PCG64), half the cost of float32
-    uniforms: the drop probability is p rounded to a multiple of 2^-16 (0.1 gives
-    0.1000061; FlashAttention's dropout rounds to 2^-8) and the scale is that of
-    the rounded probability, so the expected value is kept exactly. Where the
-    rounding would move p or 1 - p by more than 1% (either below about 1e-3),
-    float32 uniforms are drawn instead (p exact to 2^-24, scale 1/(1-p))."""
-    rng = np.random.Generator(np.random.PCG64(seed))
-    threshold = round(p * 65536)
-    # within 1% of both the drop and the keep probability (p near 0 or 1 needs finer draws)
-    if 0 < threshold < 65536 and abs(threshold - p * 65536) <= 0.01 * min(p, 1.0 - p) * 65536:
-        draws, cut, kept = rng.integers(0, 65536, shape, dtype=np.uint16), threshold, 1 - threshold / 65536
+
+@njit(inline="always")
+def _kept(seed, i, threshold):
+    z = seed + np.uint64(i + 1) * _GAMMA  # SplitMix64 (Steele et al. 2014), i-th state
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return ((z ^ (z >> np.uint64(31))) >> np.uint64(32)) >= threshold
+
+
+@njit(cache=True, nogil=True)
+def _dropout_f32(x, out, seed, threshold, scale):
+    zero = np.float32(0.0)
+    for i in range(x.size):
+        out[i] = x[i] * (scale if _kept(seed, i, threshold) else zero)
+
+
+@intrinsic
+def _as_float32(typingctx, bits):
+    """Reinterpret uint32 bits as float32 (a bit cast, which numba has no function for)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.uint32), codegen
+
+
+@intrinsic
+def _as_uint32(typingctx, value):
+    """Reinterpret float32 as its uint32 bits."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.uint32(types.float32), codegen
+
+
+@njit(cache=True, nogil=True)
+def _dropout_bf16(x, out, seed, threshold, scale):
+    """The same on bfloat16 bit patterns (uint16): widened to float32, multiplied,
+    rounded back to nearest-even as torch rounds (a NaN stays a NaN)."""
+    zero = np.float32(0.0)
+    for i in range(x.size):
+        v = _as_float32(np.uint32(x[i]) << np.uint32(16)) * (scale if _kept(seed, i, threshold) else zero)
+        b = _as_uint32(v)
+        rounded = (b + ((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF)) >> np.uint32(16)
+        out[i] = np.uint16(0x7FC0) if v != v else np.uint16(rounded)
+
+
+def _draw_parameters(p: float) -> tuple[np.uint64, np.float32]:
+    """The drop threshold of 32-bit draws and the scale that keeps the expected value:
+    the drop probability is p rounded to a multiple of 2^-32."""
+    threshold = min(round(p * 2.0**32), 2**32 - 1)
+    return np.uint64(threshold), np.float32(2.0**32 / (2**32 - threshold))
+
+
+def _apply_mask(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+    """``x`` times the keep mask of (p, seed), in float32 and rounded once to x's dtype."""
+    x = x.detach().contiguous()
+    out = torch.empty_like(x)
+    threshold, scale = _draw_parameters(p)
+    if x.dtype == torch.bfloat16:
+        src, dst = (t.view(torch.int16).numpy().view(np.uint16).reshape(-1) for t in (x, out))
+        _dropout_bf16(src, dst, np.uint64(seed), threshold, scale)
     else:
-        draws, cut, kept = rng.random(shape, dtype=np.float32), p, 1.0 - p
-    return torch.from_numpy(np.multiply(draws >= cut, np.float32(1.0 / kept), dtype=np.float32))
+        _dropout_f32(x.numpy().reshape(-1), out.numpy().reshape(-1), np.uint64(seed), threshold, scale)
+    return out
+
+
+def keep_mask(shape: tuple[int, ...], p: float, seed: int) -> torch.Tensor:
+    """The float32 mask :func:`dropout` multiplies by for ``seed``: 0 with probability p
+    (rounded to a multiple of 2^-32), else 1/(1 - that probability), so the expected
+    value is kept exactly."""
+    return _apply_mask(torch.ones(shape), p, seed)
 
 
 class _Dropout(torch.autograd.Function):
-    """Inverted dropout with its mask from :func:`keep_mask`, seeded from torch's
-    generator. The mask is kept as float32 0 or the scale: forward and backward are
-    then one multiplication (in float32 and rounded once, for bf16 as for
-    ``x.mul(keep).mul_(scale)``)."""
+    """Inverted dropout with the mask of :func:`keep_mask` for a seed drawn from torch's
+    generator. Forward and backward each multiply by the mask, recomputed from the
+    seed (nothing but the seed is saved), in float32 and rounded once, as
+    ``(x * mask).to(x.dtype)``."""
 
     @staticmethod
     def forward(ctx, x, p):
-        seed = int(torch.randint(0, 2**62, (1,)).item())  # torch.manual_seed governs the stream
-        mask = keep_mask(tuple(x.shape), p, seed)
-        ctx.save_for_backward(mask)
-        return (x * mask).to(x.dtype)
+        ctx.seed = int(torch.randint(0, 2**62, (1,)).item())  # torch.manual_seed governs the stream
+        ctx.p = p
+        return _apply_mask(x, p, ctx.seed)
 
     @staticmethod
     def backward(ctx, grad):
-        (mask,) = ctx.saved_tensors
-        return (grad * mask).to(grad.dtype), None
+        return _apply_mask(grad, ctx.p, ctx.seed), None
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``F.dropout(x, p, training)``: the same distribution (each element zeroed with
-    probability p, the rest scaled by 1/(1-p); on the CPU p rounded to 2^-16, see
-    :func:`keep_mask`). On the CPU the mask comes from NumPy, 4x faster than
-    torch's bernoulli_, which was a fifth of a bf16 training step."""
+    probability p, the rest scaled by 1/(1-p); on the CPU p rounded to 2^-32, see
+    :func:`keep_mask`). For float32 and bfloat16 on the CPU one compiled loop draws
+    the mask and multiplies (numba, counter-based generator; about 4x faster than
+    torch's dropout forward and backward), and backward recomputes the mask."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p >= 1.0 or tracing():
+    if (x.device.type != "cpu" or p >= 1.0 or x.dtype not in (torch.float32, torch.bfloat16)
+            or tracing()):
         return F.dropout(x, p, True)
     return _Dropout.apply(x, p)
 
@@ -245,8 +308,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     """``F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)``
     for [batch, heads, seq, head_dim] inputs and an additive or boolean (True: may
     attend) ``bias``, or None. With dropout on the CPU, torch runs its unfused math
-    kernel and draws the mask with bernoulli_; written out here with :func:`dropout`'s
-    NumPy mask instead, the same computation costs a fifth to a half less."""
+    kernel and draws the mask with bernoulli_; written out here with :func:`dropout`
+    instead."""
     if dropout_p == 0.0 or q.device.type != "cpu" or tracing():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
     scores = torch.matmul(q, k.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))

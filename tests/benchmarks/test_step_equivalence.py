@@ -262,40 +262,75 @@ def test_compiled_encoder_gives_the_same_losses(trainer):
     assert set(compiled.model.state_dict()) == set(eager.model.state_dict())
 
 
-def test_fast_dropout_has_dropouts_distribution_and_gradient():
-    """The CPU dropout (NumPy mask) drops with probability p, scales by 1/(1-p), routes
-    the gradient through the same mask, and follows torch.manual_seed."""
+def _scale(p: float) -> float:
+    """The scale of kept elements: p is drawn at 2^-32 resolution (at most 1 - 2^-32, so the
+    scale stays finite), the scale is that probability's."""
+    threshold = min(round(p * 2**32), 2**32 - 1)
+    return float(torch.tensor(2**32 / (2**32 - threshold), dtype=torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_dropout_has_dropouts_distribution_and_gradient(dtype):
+    """The CPU dropout (compiled, counter-based mask) drops with probability p, scales by
+    1/(1-p), routes the gradient through the same mask, and follows torch.manual_seed."""
     p = 0.1
-    x = torch.ones(1000, 1000, requires_grad=True)
+    x = torch.ones(1000, 1000, dtype=dtype, requires_grad=True)
     torch.manual_seed(0)
     y = fastpath.dropout(x, p, True)
+    assert y.dtype == dtype
     dropped = float((y == 0).float().mean())
     assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / x.numel())  # 5 sigma
-    # p is drawn at 2^-16 resolution (6554 / 65536) and the scale is that probability's,
-    # so the mean is kept exactly
-    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 65536 / (65536 - 6554)), rtol=1e-6)
-    assert abs(float(y.detach().mean()) - 1.0) < 5 * math.sqrt(p / (1 - p) / x.numel())
-    y.sum().backward()
-    assert torch.equal(x.grad, y.detach())
+    kept = y[y != 0].float()
+    assert torch.equal(kept, torch.full_like(kept, float(torch.tensor(_scale(p)).to(dtype))))
+    if dtype == torch.float32:  # the expected value is kept exactly (bf16 rounds the scale)
+        assert abs(float(y.detach().mean()) - 1.0) < 5 * math.sqrt(p / (1 - p) / x.numel())
+    upstream = torch.randn(x.shape).to(dtype)
+    y.backward(upstream)
+    assert torch.equal(x.grad, (upstream.float() * (y.detach() != 0) * _scale(p)).to(dtype))
     torch.manual_seed(0)
     assert torch.equal(fastpath.dropout(x, p, True), y)
+    assert not torch.equal(fastpath.dropout(x, p, True), y)  # the next call draws afresh
     assert fastpath.dropout(x, p, False) is x
 
 
-def test_dropout_mask_keeps_probabilities_near_0_and_1():
-    """16-bit draws where they hold p and 1 - p within 1% (scale of the rounded p);
-    float32 uniforms near 0 and 1 (scale 1/(1-p) exactly)."""
-    for p, scale in ((1e-4, 1 / (1 - 1e-4)), (0.9999, 1 / (1 - 0.9999)),
-                     (0.1, 65536 / (65536 - 6554)), (0.5, 2.0)):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_dropout_is_the_product_with_its_mask_rounded_once(dtype):
+    """y = (x * mask) in float32, rounded once to x's dtype, for any values (NaN, inf,
+    signs, tiny and huge), as torch computes ``(x * mask).to(dtype)``; nothing but the
+    seed is kept for backward (the mask is recomputed)."""
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(64, 333, generator=g) * torch.logspace(-30, 30, 333)).to(dtype)
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])
+    x.requires_grad_()
+    torch.manual_seed(5)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        y = fastpath.dropout(x, 0.3, True)
+    assert packed == []
+    torch.manual_seed(5)
+    seed = int(torch.randint(0, 2**62, (1,)).item())  # the draw dropout made
+    expected = (x.detach().float() * fastpath.keep_mask(tuple(x.shape), 0.3, seed)).to(dtype)
+    assert torch.equal(y.isnan(), expected.isnan())
+    assert torch.equal(y.nan_to_num(7.0), expected.nan_to_num(7.0))
+    number = ~expected.isnan()  # a NaN's sign bit means nothing
+    assert torch.equal(torch.signbit(y)[number], torch.signbit(expected)[number])
+
+
+def test_dropout_mask_holds_probabilities_near_0_and_1():
+    """32-bit draws: the drop rate is p at any p (5 sigma), the scale 1/(1-p) of p
+    rounded to 2^-32, the mean 1, and neighbouring decisions are independent."""
+    for p in (1e-4, 0.1, 0.5, 0.9999):
         mask = fastpath.keep_mask((2000, 1000), p, seed=1)
-        assert float(mask.max()) == pytest.approx(scale, rel=1e-6), p
-        dropped = float((mask == 0).float().mean())
-        assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / mask.numel()), p
-        assert abs(float(mask.mean()) - 1.0) < 5 * math.sqrt(p / (1 - p) / mask.numel()), p
-    # p that rounds to 1 at 2^-16: still a finite scale, the float32 one
-    values = set(fastpath.keep_mask((100000,), 0.999995, seed=1).unique().tolist())
-    assert values <= {0.0, float(torch.tensor(1 / (1 - 0.999995), dtype=torch.float32))}
+        assert float(mask.max()) == pytest.approx(1 / (1 - p), rel=1e-6), p
+        drop = (mask == 0).double()
+        assert abs(float(drop.mean()) - p) < 5 * math.sqrt(p * (1 - p) / mask.numel()), p
+        assert abs(float(mask.double().mean()) - 1.0) < 5 * math.sqrt(p / (1 - p) / mask.numel()), p
+        flat = drop.reshape(-1)
+        both = float((flat[1:] * flat[:-1]).mean())  # adjacent elements, drawn from adjacent counters
+        assert abs(both - p * p) < 5 * math.sqrt(p * p * (1 - p * p) / flat.numel()), p
     assert torch.equal(fastpath.keep_mask((3, 5), 0.1, 7), fastpath.keep_mask((3, 5), 0.1, 7))
+    assert not torch.equal(fastpath.keep_mask((100,), 0.5, 7), fastpath.keep_mask((100,), 0.5, 8))
+    assert set(fastpath.keep_mask((1000,), 1 - 2**-40, 1).unique().tolist()) <= {0.0, _scale(1 - 2**-40)}
 
 
 @pytest.mark.parametrize("mask", ["none", "additive", "boolean"])
