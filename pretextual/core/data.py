@@ -26,6 +26,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
+from numba import njit
 from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer
 
@@ -351,38 +352,64 @@ def _special_table(vocab: Vocab) -> np.ndarray:
     return table
 
 
-@functools.lru_cache(maxsize=64)
-def _positions(length: int) -> np.ndarray:
-    """0 .. length - 1, made once per padded length."""
-    return np.arange(length)
-
-
 def collate(examples: Sequence[Example], vocab: Vocab, pad_to_multiple_of: int = 8) -> Batch:
     """Pad 1-D arrays to the longest example (rounded up), stack scalar labels,
     and add attention_mask and special_tokens_mask."""
-    # Python's len, max and sum over a few dozen examples: cheaper than NumPy's calls
-    input_ids = [e["input_ids"] for e in examples]
-    sizes = list(map(len, input_ids))
+    # Python's len and max over a few dozen examples: cheaper than NumPy's calls
+    sizes = [len(e["input_ids"]) for e in examples]
     length = -(-max(sizes) // pad_to_multiple_of) * pad_to_multiple_of
-    real = _positions(length) < np.array(sizes)[:, None]  # [batch, length]: not padding
-    total = sum(sizes)
+    total, rows = sum(sizes), np.array(sizes)
     batch: Batch = {}
     for key, value in examples[0].items():
         if np.ndim(value) == 0:
             batch[key] = torch.tensor([e[key] for e in examples])
             continue
-        fill = {"input_ids": vocab.pad_id, "word_starts": 1}.get(key, 0)
-        values = np.concatenate(input_ids if key == "input_ids" else [e[key] for e in examples])
+        values = np.concatenate([e[key] for e in examples])
         if len(values) != total:
             raise ValueError(f"collate: every per-token array of an example must be as long as "
                              f"its input_ids; {key!r} is not")
-        out = np.full((len(examples), length), fill, dtype=bool if key == "word_starts" else np.int64)
-        out[real] = values  # a boolean mask assigns in row-major order, the concatenation's
-        batch[key] = torch.from_numpy(out)
-    batch["attention_mask"] = torch.from_numpy(real.astype(np.int64))
-    special = _special_table(vocab)[batch["input_ids"].numpy()] & real
+        if key == "input_ids":
+            ids, attention, special = _pad_ids(values.astype(np.int64, copy=False), rows, length,
+                                               vocab.pad_id, _special_table(vocab))
+            batch[key] = torch.from_numpy(ids)
+        elif key == "word_starts":  # padding counts as a word start: no word runs into it
+            batch[key] = torch.from_numpy(_pad(values.astype(bool, copy=False), rows, length, True))
+        else:
+            batch[key] = torch.from_numpy(_pad(values.astype(np.int64, copy=False), rows, length, 0))
+    batch["attention_mask"] = torch.from_numpy(attention)
     batch["special_tokens_mask"] = torch.from_numpy(special)
     return batch
+
+
+# One compiled loop per padded array: a batch is a few dozen short arrays, where NumPy's
+# masked assignment, comparisons and table lookup cost more in dispatch than in work.
+
+@njit(cache=True, nogil=True)
+def _pad(values, sizes, length, fill):
+    """The concatenated rows ``values`` (``sizes`` long each) as a [rows, length] array."""
+    out = np.full((len(sizes), length), fill, values.dtype)
+    at = 0
+    for r in range(len(sizes)):
+        out[r, :sizes[r]] = values[at:at + sizes[r]]
+        at += sizes[r]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _pad_ids(values, sizes, length, pad_id, special_table):
+    """Padded input_ids, their attention_mask and special_tokens_mask (``special_table[id]``)."""
+    ids = np.full((len(sizes), length), pad_id, np.int64)
+    attention = np.zeros((len(sizes), length), np.int64)
+    special = np.zeros((len(sizes), length), np.bool_)
+    at = 0
+    for r in range(len(sizes)):
+        for j in range(sizes[r]):
+            token = values[at + j]
+            if token < 0 or token >= len(special_table):
+                raise ValueError("collate: an input id is outside the vocabulary")
+            ids[r, j], attention[r, j], special[r, j] = token, 1, special_table[token]
+        at += sizes[r]
+    return ids, attention, special
 
 
 def _seed(*parts: int) -> int:
