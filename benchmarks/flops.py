@@ -19,6 +19,7 @@ BertForPreTraining spends most of its time on).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -94,33 +95,39 @@ def peak_shapes(tokens: int, hidden: int, intermediate: int, smoke: bool,
                                            (tokens, intermediate, hidden)]
 
 
-def gemm_cases(shapes: list[tuple[int, int, int]], device: torch.device
+def gemm_cases(shapes: list[tuple[int, int, int]], device: torch.device, min_flops: float = 0.0
                ) -> tuple[dict[str, callable], dict[str, tuple[str, str, tuple[int, int, int]]]]:
     """Timed cases, one per (precision, library, shape): fp32 through torch.matmul
     (MKL on x86 CPUs), fp32 through oneDNN where torch has it (CPU), and bf16
-    through torch.matmul. Each case returns its FLOPs."""
+    through torch.matmul. Each case runs its GEMM back to back until it has done
+    ``min_flops`` (a peak is a steady rate: one sub-millisecond call after an idle
+    pause measured bf16 at a third of it) and returns the FLOPs it did."""
     cases, meta = {}, {}
     dnn = onednn_linear_op() if device.type == "cpu" else None
     for m, k, n in shapes:
-        flops = 2.0 * m * k * n
+        calls = max(1, math.ceil(min_flops / (2.0 * m * k * n)))
+        flops = 2.0 * m * k * n * calls
         a32 = torch.randn(m, k, device=device)
         w32 = torch.randn(n, k, device=device)  # [out, in], as nn.Linear stores it
         a16, w16 = a32.bfloat16(), w32.bfloat16()
 
-        def mm(a=a32, w=w32, f=flops):
-            torch.matmul(a, w.t())
+        def mm(a=a32, w=w32, f=flops, calls=calls):
+            for _ in range(calls):
+                torch.matmul(a, w.t())
             return f
 
-        def mm16(a=a16, w=w16, f=flops):
-            torch.matmul(a, w.t())
+        def mm16(a=a16, w=w16, f=flops, calls=calls):
+            for _ in range(calls):
+                torch.matmul(a, w.t())
             return f
 
         name = f"{m}x{k}x{n}"
         cases[f"gemm fp32 torch {name}"], meta[f"gemm fp32 torch {name}"] = mm, ("fp32", "torch.matmul", (m, k, n))
         cases[f"gemm bf16 torch {name}"], meta[f"gemm bf16 torch {name}"] = mm16, ("bf16", "torch.matmul", (m, k, n))
         if dnn is not None:
-            def onednn(a=a32, w=w32, f=flops):
-                dnn(a, w, None, "none", [], "")
+            def onednn(a=a32, w=w32, f=flops, calls=calls):
+                for _ in range(calls):
+                    dnn(a, w, None, "none", [], "")
                 return f
             cases[f"gemm fp32 onednn {name}"], meta[f"gemm fp32 onednn {name}"] = onednn, ("fp32", "oneDNN", (m, k, n))
     return cases, meta
@@ -145,3 +152,40 @@ def peaks(samples: dict[str, Samples], meta: dict) -> dict[str, Peak]:
         if precision not in best or rate > best[precision].flops_per_s:
             best[precision] = Peak(rate, library, shape)
     return best
+
+
+# --- the step's matmuls alone ---------------------------------------------------------------------
+
+def step_gemms(layers: int, hidden: int, heads: int, intermediate: int, vocab: int, batch: int,
+               seq: int, predictions: int, dtype: torch.dtype, device: torch.device):
+    """A case that runs every matmul of one pretextual training step (MLM + NSP) and
+    nothing else, with the step's shapes and operand layouts: for each linear layer
+    the forward ``x @ W.T`` and backward ``g @ W`` and ``g.T @ x`` (as autograd runs
+    them), attention's four batched matmuls forward and backward, and the MLM head
+    at the predicted rows only. Returns the FLOPs it ran. Its time is the step's
+    time if everything else (elementwise work, casts, softmax, LayerNorm, dropout,
+    the optimizer) took none: the ceiling of the step's MFU on this machine."""
+    tokens, head_dim = batch * seq, hidden // heads
+    linears = [(tokens, hidden, 3 * hidden), (tokens, hidden, hidden),
+               (tokens, hidden, intermediate), (tokens, intermediate, hidden)] * layers
+    linears += [(predictions, hidden, hidden), (predictions, hidden, vocab), (batch, hidden, hidden),
+                (batch, hidden, 2)]
+    make = lambda *shape: torch.randn(*shape, device=device).to(dtype)
+    operands = [(make(m, k), make(n, k), make(m, n)) for m, k, n in linears]
+    q, k, v, p, go = (make(batch * heads, seq, d) for d in (head_dim, head_dim, head_dim, seq, head_dim))
+    flops = sum(6.0 * m * k * n for m, k, n in linears) + layers * 12.0 * batch * heads * seq * seq * head_dim
+
+    def run():
+        for x, w, g in operands:
+            torch.mm(x, w.t())
+            torch.mm(g, w)
+            torch.mm(g.t(), x)
+        for _ in range(layers):
+            torch.bmm(q, k.transpose(1, 2))  # scores
+            torch.bmm(p, v)  # probabilities times values
+            torch.bmm(go, v.transpose(1, 2))  # d probabilities
+            torch.bmm(p.transpose(1, 2), go)  # d values
+            torch.bmm(p, k)  # d queries (p stands in for d scores: same shape)
+            torch.bmm(p.transpose(1, 2), q)  # d keys
+        return flops
+    return run

@@ -66,7 +66,12 @@ NOTES = [
     "sequence; nothing for padding or for unlabelled MLM positions) divided by the median step "
     "time, over the best median GEMM rate measured in the same rounds (large squares and the "
     "model's own feed-forward shapes, fp32 through torch.matmul and through oneDNN, bf16 "
-    "through torch.matmul). Hugging Face's column is the same useful FLOPs over its step time.",
+    "through torch.matmul; each case repeats its GEMM back to back for 20 GFLOP, so the rate is "
+    "a steady one). Hugging Face's column is the same useful FLOPs over its step time. The "
+    "ceiling rows time every matmul of pretextual's step alone, with the step's shapes and "
+    "operand layouts (`benchmarks/flops.py` step_gemms, the same FLOPs as the useful count to "
+    "within 0.5%), in the same rounds: the MFU the step would have if nothing but its matmuls "
+    "took time.",
     "Corpus preparation (5): see `benchmarks/prep.py`.",
     "Interleaving: every case runs once per round, rounds alternate the order, and each case "
     f"starts after {REFERENCE.settle} s of idle, so the threads the previous case left spinning (OpenMP's, "

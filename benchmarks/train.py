@@ -123,8 +123,12 @@ def training_step(ws: Workspace, report: Report) -> None:
         for name, side in sides.items():
             cases.update({f"{name} {p}": side.case(p) for p in ("fp32", "bf16")})
         shapes = F.peak_shapes(tokens, s.hidden, s.intermediate, smoke=s.smoke, device=device)
-        gemms, gemm_meta = F.gemm_cases(shapes, device)
+        gemms, gemm_meta = F.gemm_cases(shapes, device, min_flops=0.0 if s.smoke else 2e10)
         cases.update(gemms)
+        for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            cases[f"step matmuls {precision}"] = F.step_gemms(
+                s.layers, s.hidden, s.heads, s.intermediate, ws.vocab.size, s.batch, s.seq,
+                predictions, dtype, device)
         samples = interleave(cases, s.repeats, s.warmup, device, settle=s.settle)
 
     steps = ("pretextual fp32", "hf fp32", "hf+alloc fp32", "pretextual bf16", "hf bf16",
@@ -170,6 +174,25 @@ def training_step(ws: Workspace, report: Report) -> None:
                        f"{mfu:.0%} ({achieved / 1e9:,.0f} GFLOP/s)",
                        f"{hf_mfu:.0%} ({hf_achieved / 1e9:,.0f} GFLOP/s)", mfu, f"{mfu:.0%}",
                        goals[precision], f">= {goals[precision]:.0%}"))
+        # The ceiling: the same FLOPs over the time of the step's matmuls alone.
+        alone = samples[f"step matmuls {precision}"].median_seconds
+        step = samples[f"pretextual {precision}"].median_seconds
+        ceiling = step_flops / alone / peak[precision].flops_per_s
+        budget = step_flops / (goals[precision] * peak[precision].flops_per_s)  # the goal's step time
+        report.add(Row("4", f"model FLOP utilisation ceiling, {precision}: the step's matmuls alone, "
+                            f"as if nothing else took time (pretextual's step: "
+                            f"{step * 1e3:,.0f} ms)",
+                       f"{ceiling:.0%} ({alone * 1e3:,.0f} ms a step)", "", ceiling,
+                       f"{ceiling:.0%}"))
+        report.details.append(
+            f"MFU ceiling, {precision}: the step's matmuls alone (benchmarks/flops.py step_gemms: "
+            f"every linear layer forward and both backward products, attention's batched "
+            f"matmuls, the MLM head at the predicted rows) took {alone * 1e3:,.0f} ms, "
+            f"{alone / step:.0%} of pretextual's {step * 1e3:,.0f} ms step; the rest of the step "
+            f"(elementwise work, casts, softmax, LayerNorm, dropout, the optimizer) took "
+            f"{(step - alone) * 1e3:,.0f} ms, where the {goals[precision]:.0%} goal "
+            + (f"leaves {(budget - alone) * 1e3:,.0f} ms." if budget > alone else
+               "is out of reach even if it took none."))
     if mkl:
         report.details.append(
             f"MFU fp32 against torch.matmul's own best fp32 rate ({mkl / 1e9:,.0f} GFLOP/s, the "

@@ -31,6 +31,7 @@ def test_smoke_run_writes_every_comparison(tmp_path):
                 "pretextual bf16 against Hugging Face fp32", "end to end on the embedded corpus",
                 "masking, MLM 80/10/10", "masking, whole-word masking",
                 "inference latency, batch 1", "ONNX fused, dynamic int8", "model FLOP utilisation",
+                "model FLOP utilisation ceiling, bf16: the step's matmuls alone",
                 "corpus preparation"):
         assert row in text, row
     # The table printed on stdout is the one written to the file.
