@@ -12,7 +12,7 @@ which must see plain aten ops.
   ``PRETEXTUAL_ONEDNN_LINEAR=1`` or ``0`` forces it on or off.
 * :func:`dropout` / :class:`Dropout`: inverted dropout as one compiled loop
   (numba) whose keep mask comes from a counter-based generator (SplitMix64 of
-  the element's index), so backward recomputes the mask instead of storing it:
+  the element pair's index), so backward recomputes the mask instead of storing it:
   forward and backward 3.7-4.6x faster than torch's on 1-2M elements, and a
   bf16 training step measured 1.15x faster than with a stored mask drawn by NumPy.
 * :func:`attention`: with dropout on the CPU, attention written out with
@@ -194,27 +194,41 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
-# Dropout's keep/drop decisions: element i of a call is kept when the high 32 bits of
-# SplitMix64's i-th output from the call's seed are at least round(p * 2^32). The
-# decision is a pure function of (seed, i), so backward recomputes the mask instead of
-# storing it, and the loop, free of a generator's state, vectorizes.
+# Dropout's keep/drop decisions: elements 2j and 2j + 1 of a call are kept when the
+# high and the low 32 bits of SplitMix64's j-th output from the call's seed are at least
+# round(p * 2^32). One 64-bit output serves two elements: the hash is most of the
+# loop's time, and this made the kernel 1.4-1.5x faster in fp32 and 1.3-1.4x in bf16
+# (1M and 2M elements, same-process A/B). The decision
+# is a pure function of (seed, i), so backward recomputes the mask instead of storing
+# it, and the loop, free of a generator's state, vectorizes.
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_LOW32 = np.uint64(0xFFFFFFFF)
 
 
 @njit(inline="always")
-def _kept(seed, i, threshold):
-    z = seed + np.uint64(i + 1) * _GAMMA  # SplitMix64 (Steele et al. 2014), i-th state
+def _draws(seed, j):
+    """SplitMix64's j-th output (Steele et al. 2014): two 32-bit draws."""
+    z = seed + np.uint64(j + 1) * _GAMMA
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return ((z ^ (z >> np.uint64(31))) >> np.uint64(32)) >= threshold
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(inline="always")
+def _factor(draw, threshold, scale):
+    return scale if draw >= threshold else np.float32(0.0)
 
 
 @njit(cache=True, nogil=True)
 def _dropout_f32(x, out, seed, threshold, scale):
-    zero = np.float32(0.0)
-    for i in range(x.size):
-        out[i] = x[i] * (scale if _kept(seed, i, threshold) else zero)
+    n = x.size
+    for j in range(n // 2):
+        z = _draws(seed, j)
+        out[2 * j] = x[2 * j] * _factor(z >> np.uint64(32), threshold, scale)
+        out[2 * j + 1] = x[2 * j + 1] * _factor(z & _LOW32, threshold, scale)
+    if n % 2:
+        out[n - 1] = x[n - 1] * _factor(_draws(seed, n // 2) >> np.uint64(32), threshold, scale)
 
 
 @intrinsic
@@ -233,16 +247,27 @@ def _as_uint32(typingctx, value):
     return types.uint32(types.float32), codegen
 
 
+@njit(inline="always")
+def _times_bf16(bits, factor):
+    """A bfloat16 bit pattern (uint16) widened to float32, multiplied, and rounded back
+    to nearest-even as torch rounds (a NaN stays a NaN)."""
+    v = _as_float32(np.uint32(bits) << np.uint32(16)) * factor
+    b = _as_uint32(v)
+    rounded = (b + ((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF)) >> np.uint32(16)
+    return np.uint16(0x7FC0) if v != v else np.uint16(rounded)
+
+
 @njit(cache=True, nogil=True)
 def _dropout_bf16(x, out, seed, threshold, scale):
-    """The same on bfloat16 bit patterns (uint16): widened to float32, multiplied,
-    rounded back to nearest-even as torch rounds (a NaN stays a NaN)."""
-    zero = np.float32(0.0)
-    for i in range(x.size):
-        v = _as_float32(np.uint32(x[i]) << np.uint32(16)) * (scale if _kept(seed, i, threshold) else zero)
-        b = _as_uint32(v)
-        rounded = (b + ((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF)) >> np.uint32(16)
-        out[i] = np.uint16(0x7FC0) if v != v else np.uint16(rounded)
+    """The same on bfloat16 bit patterns."""
+    n = x.size
+    for j in range(n // 2):
+        z = _draws(seed, j)
+        out[2 * j] = _times_bf16(x[2 * j], _factor(z >> np.uint64(32), threshold, scale))
+        out[2 * j + 1] = _times_bf16(x[2 * j + 1], _factor(z & _LOW32, threshold, scale))
+    if n % 2:
+        out[n - 1] = _times_bf16(x[n - 1], _factor(_draws(seed, n // 2) >> np.uint64(32),
+                                                   threshold, scale))
 
 
 def _draw_parameters(p: float) -> tuple[np.uint64, np.float32]:
