@@ -359,3 +359,24 @@ def test_attention_with_dropout_is_the_written_out_computation(mask):
     assert float((dropped == 0).float().mean()) > 0  # some were dropped
     assert torch.equal(fastpath.attention(q, k, v, bias, 0.0),
                        F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+
+
+def test_attention_with_dropout_in_bf16_keeps_bf16_probabilities():
+    """Under bf16 the probabilities stay bf16 (no fp32 copy); forward and gradients match
+    the fp32 computation with the same dropout draw to bf16's precision."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, generator=g) for _ in range(3))
+    low = [t.bfloat16().requires_grad_(True) for t in (q, k, v)]
+    high = [t.bfloat16().float().requires_grad_(True) for t in (q, k, v)]
+    torch.manual_seed(3)
+    got = fastpath.attention(*low, None, 0.25)
+    torch.manual_seed(3)
+    expected = fastpath.attention(*high, None, 0.25)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - expected).abs().max() < 0.05 * expected.abs().max()
+    upstream = torch.randn(got.shape, generator=g)
+    grads = torch.autograd.grad(got, low, upstream.bfloat16())
+    reference = torch.autograd.grad(expected, high, upstream)
+    for a, b in zip(grads, reference):
+        assert a.dtype == torch.bfloat16
+        assert (a.float() - b).abs().max() < 0.05 * b.abs().max()
