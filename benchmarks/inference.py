@@ -76,6 +76,10 @@ def split_mask_unsqueeze(src: Path, dst: Path) -> int:
     return rewritten
 
 
+KEEP_LAYER_NORM = ("SkipLayerNormFusion",)
+"""The session optimizer that would re-fuse Add + LayerNormalization, which :func:`fuse` keeps apart."""
+
+
 def fuse(src: Path, dst: Path, heads: int, hidden: int) -> dict[str, int]:
     """onnxruntime's transformer fusions for BERT; returns the fused operator counts."""
     from onnxruntime.transformers.fusion_options import FusionOptions
@@ -148,9 +152,12 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
     with contextlib.ExitStack() as stack:
         # One process per session: none shares its cores' spinning threads or caches with
         # torch or with another session, as in a service that runs one model.
+        # The fused variants keep Add + LayerNormalization apart (module docstring).
+        variants = {"onnx": (plain, ()), "onnx fused": (fused, KEEP_LAYER_NORM),
+                    "onnx int8": (int8, KEEP_LAYER_NORM)}
         sessions = {name: stack.enter_context(Isolated("benchmarks.inference:onnx_side", str(path),
-                                                       feeds, calls, threads=threads))
-                    for name, path in (("onnx", plain), ("onnx fused", fused), ("onnx int8", int8))}
+                                                       disabled, feeds, calls, threads=threads))
+                    for name, (path, disabled) in variants.items()}
         checks, int8_cosine = check_sessions(encoder, sessions, feeds)
         time_latencies(s, ws.peaks, encoder, sessions, feeds, calls, int8_cosine, report)
     report.details.append(
@@ -161,12 +168,12 @@ def onnx_inference(ws: Workspace, report: Report) -> None:
         f"(benchmarks/isolated.py), torch eager in the benchmark's; checks against torch: " + "; ".join(checks) + ".")
 
 
-def onnx_side(path: str, feeds: dict[int, dict[str, np.ndarray]], calls: dict[int, int]) -> dict:
-    """One onnxruntime session, built in a process of its own (benchmarks.isolated):
-    ``run B`` makes ``calls[B]`` calls on the batch-B feed; ``output B`` returns its output."""
-    # The fused variants keep Add + LayerNormalization apart (module docstring).
-    fused = ".fused" in Path(path).name
-    sess = session(Path(path), torch.get_num_threads(), ("SkipLayerNormFusion",) if fused else ())
+def onnx_side(path: str, disabled: tuple[str, ...], feeds: dict[int, dict[str, np.ndarray]],
+              calls: dict[int, int]) -> dict:
+    """One onnxruntime session (``disabled``: graph optimizers it skips), built in a process
+    of its own (benchmarks.isolated): ``run B`` makes ``calls[B]`` calls on the batch-B feed;
+    ``output B`` returns its output."""
+    sess = session(Path(path), torch.get_num_threads(), disabled)
     cases = {}
     for batch, feed in feeds.items():
         def run(feed=feed, n=calls[batch]):
