@@ -11,7 +11,7 @@ from pretextual.core.config import load_config, recipe_names
 from pretextual.core.trainer import Trainer
 from run_helpers import tiny_overrides
 
-STEPS = 600
+STEPS = 900
 FALL = 0.5
 """A term passes when its held-out loss at least halves; the pair terms start at chance, ln 2."""
 
