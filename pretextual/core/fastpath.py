@@ -197,11 +197,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 # Dropout's keep/drop decisions: elements 2j and 2j + 1 of a call are kept when the
 # high and the low 32 bits of SplitMix64's j-th output from the call's seed are at least
-# round(p * 2^32). One 64-bit output serves two elements: the hash is most of the
-# loop's time, and this made the kernel 1.4-1.5x faster in fp32 and 1.3-1.4x in bf16
-# (1M and 2M elements, same-process A/B). The decision
-# is a pure function of (seed, i), so backward recomputes the mask instead of storing
-# it, and the loop, free of a generator's state, vectorizes.
+# round(p * 2^32). One 64-bit output serves two elements: the hash is most of the loop's
+# time, and this made the kernel 1.4-1.5x faster in fp32 and 1.3-1.4x in bf16 (1M and 2M
+# elements, same-process A/B). The decision is a pure function of (seed, i), so backward
+# recomputes the mask instead of storing it, and the loop, free of a generator's state,
+# vectorizes.
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _LOW32 = np.uint64(0xFFFFFFFF)

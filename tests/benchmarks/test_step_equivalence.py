@@ -362,8 +362,8 @@ def test_attention_with_dropout_is_the_written_out_computation(mask):
 
 
 def test_attention_with_dropout_in_bf16_keeps_bf16_probabilities():
-    """Under bf16 the probabilities stay bf16 (no fp32 copy); forward and gradients match
-    the fp32 computation with the same dropout draw to bf16's precision."""
+    """bf16 attention with dropout gives bf16 outputs and gradients that match the fp32
+    computation with the same dropout draw to bf16's precision."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 16, 8, generator=g) for _ in range(3))
     low = [t.bfloat16().requires_grad_(True) for t in (q, k, v)]
