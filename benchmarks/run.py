@@ -77,7 +77,10 @@ NOTES = [
     f"starts after {REFERENCE.settle} s of idle, so the threads the previous case left spinning (OpenMP's, "
     "onnxruntime's), in this process or another, are asleep; without it onnxruntime measured "
     "up to 1.7x slower than when run alone. A case in another process is timed there, around "
-    "the case only.",
+    "the case only. A training case (synthetic and end to end, either side) repeats its step "
+    f"within a round until {REFERENCE.round_seconds:g} s have passed, so a fast step's round "
+    "spans several steps, about as long as the slower side's one, and a stall of a shared "
+    "machine weighs on both alike (`benchmarks/timing.py` for_at_least).",
     "No timing is asserted anywhere; CI runs `python -m benchmarks --smoke` (tiny sizes, one "
     "round) so the benchmark cannot rot.",
 ]

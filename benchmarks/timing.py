@@ -59,6 +59,20 @@ A case with a ``timed()`` method instead (benchmarks.isolated.RemoteCase) runs i
 another process and returns its own (seconds, work, CPU seconds)."""
 
 
+def for_at_least(step: Case, seconds: float) -> Case:
+    """A case that repeats ``step`` until ``seconds`` have passed (once at least) and
+    returns the work of all its runs. A round of a fast training step then spans
+    several steps, about as long as the slower side's one: a stall of a shared
+    machine (its hypervisor's, which no load figure here sees) weighs on both alike,
+    where a single short step would take it whole."""
+    def run():
+        start, work = time.perf_counter(), step()
+        while time.perf_counter() - start < seconds:
+            work += step()
+        return work
+    return run
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

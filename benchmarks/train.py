@@ -16,7 +16,7 @@ import torch
 
 from benchmarks import flops as F
 from benchmarks.report import Report, Row, fmt_rate, fmt_ratio
-from benchmarks.timing import interleave
+from benchmarks.timing import for_at_least, interleave
 from benchmarks.isolated import Isolated
 from benchmarks.workloads import (OptimizerSpec, Workspace, hf_config, hf_model, hf_tokenizer,
                                   optimizer_description, synthetic_pair_batch, to_device)
@@ -76,7 +76,8 @@ def hf_pretraining_side(sizes, vocab, batch, optimizer: OptimizerSpec, max_norm:
     tokens = sizes.batch * sizes.seq
 
     def step(bf16):
-        return lambda: (hf_step(hf, hf_optimizer, inputs, bf16, max_norm, device), tokens)[1]
+        return for_at_least(lambda: (hf_step(hf, hf_optimizer, inputs, bf16, max_norm, device),
+                                     tokens)[1], sizes.round_seconds)
 
     return {"fp32": step(False), "bf16": step(True), "allocator": lambda: kept}
 
@@ -110,7 +111,8 @@ def training_step(ws: Workspace, report: Report) -> None:
     optimizer = OptimizerSpec.of(trainer.optimizer)
 
     def pt(bf16):
-        return lambda: (pretextual_step(trainer, batch, bf16), tokens)[1]
+        return for_at_least(lambda: (pretextual_step(trainer, batch, bf16), tokens)[1],
+                            s.round_seconds)
 
     with contextlib.ExitStack() as stack:
         # A copy for each child: pickling for a child moves a tensor's storage to shared memory.
@@ -134,6 +136,8 @@ def training_step(ws: Workspace, report: Report) -> None:
     steps = ("pretextual fp32", "hf fp32", "hf+alloc fp32", "pretextual bf16", "hf bf16",
              "hf+alloc bf16")
     rate = {k: samples[k].rate for k in steps}
+    # A round may hold several steps (Sizes.round_seconds): a step's time is its tokens over the median rate.
+    step_seconds = {k: tokens / rate[k] for k in steps}
     unit = "tokens/s"
 
     def compare(what, ours, theirs, goal):
@@ -166,8 +170,8 @@ def training_step(ws: Workspace, report: Report) -> None:
     mkl = max((samples[n].rate for n, (prec, lib, _) in gemm_meta.items()
                if prec == "fp32" and lib == "torch.matmul"), default=None)
     for precision in ("fp32", "bf16"):
-        achieved = step_flops / samples[f"pretextual {precision}"].median_seconds
-        hf_achieved = step_flops / samples[f"hf {precision}"].median_seconds
+        achieved = step_flops / step_seconds[f"pretextual {precision}"]
+        hf_achieved = step_flops / step_seconds[f"hf {precision}"]
         mfu = achieved / peak[precision].flops_per_s
         hf_mfu = hf_achieved / peak[precision].flops_per_s
         report.add(Row("4", f"model FLOP utilisation, {precision} (of the {precision} matmul peak)",
@@ -176,7 +180,7 @@ def training_step(ws: Workspace, report: Report) -> None:
                        goals[precision], f">= {goals[precision]:.0%}"))
         # The ceiling: the same FLOPs over the time of the step's matmuls alone.
         alone = samples[f"step matmuls {precision}"].median_seconds
-        step = samples[f"pretextual {precision}"].median_seconds
+        step = step_seconds[f"pretextual {precision}"]
         ceiling = step_flops / alone / peak[precision].flops_per_s
         budget = step_flops / (goals[precision] * peak[precision].flops_per_s)  # the goal's step time
         report.add(Row("4", f"model FLOP utilisation ceiling, {precision}: the step's matmuls alone, "
@@ -197,8 +201,8 @@ def training_step(ws: Workspace, report: Report) -> None:
         report.details.append(
             f"MFU fp32 against torch.matmul's own best fp32 rate ({mkl / 1e9:,.0f} GFLOP/s, the "
             f"BLAS torch calls by default) instead of the machine's best: pretextual "
-            f"{step_flops / samples['pretextual fp32'].median_seconds / mkl:.0%}, Hugging Face "
-            f"{step_flops / samples['hf fp32'].median_seconds / mkl:.0%} (the table uses the best "
+            f"{step_flops / step_seconds['pretextual fp32'] / mkl:.0%}, Hugging Face "
+            f"{step_flops / step_seconds['hf fp32'] / mkl:.0%} (the table uses the best "
             f"rate any library reached, so this line is for comparison only).")
     report.details += [
         f"Training step: {s.describe()}; {predictions} MLM predictions per batch "
@@ -217,8 +221,8 @@ def training_step(ws: Workspace, report: Report) -> None:
             f"{p}: {peak[p].describe()}" for p in ("fp32", "bf16")) + ". All measured GEMMs: "
         + ", ".join(f"{name[5:]} {samples[name].rate / 1e9:,.0f}" for name in gemm_meta)
         + " GFLOP/s.",
-        "Training-step medians (s): " + ", ".join(
-            f"{k} {samples[k].median_seconds:.3f}" for k in rate) + "; spread of tokens/s over "
+        "Training-step times (s, from the median rates): " + ", ".join(
+            f"{k} {step_seconds[k]:.3f}" for k in rate) + "; spread of tokens/s over "
         "the rounds: " + ", ".join(
             f"{k} {samples[k].spread()[0]:,.0f}-{samples[k].spread()[1]:,.0f}" for k in rate) + ".",
         cpu_share_line(samples, rate),
@@ -300,7 +304,8 @@ def hf_mlm_side(sizes, device: torch.device, root, optimizer: OptimizerSpec, max
     hf_optimizer = optimizer.build(hf)
     stepper = Stepper(batches, lambda batch, bf16: hf_step(hf, hf_optimizer, batch, bf16,
                                                            max_norm, device), device)
-    return {"fp32": stepper.case(False), "bf16": stepper.case(True),
+    return {"fp32": for_at_least(stepper.case(False), sizes.round_seconds),
+            "bf16": for_at_least(stepper.case(True), sizes.round_seconds),
             "stats": lambda: {**stepper.stats, "examples": len(examples)},
             "allocator": lambda: kept}
 
@@ -324,7 +329,8 @@ def end_to_end(ws: Workspace, report: Report) -> None:
             "benchmarks.train:hf_mlm_side", s, device, ws.root, optimizer, max_norm, keep,
             threads=torch.get_num_threads())) for name, keep in HF_SIDES.items()}
         require_allocator_setting(sides["hf+alloc"].call("allocator"))
-        cases = {"pretextual fp32": ours.case(False), "pretextual bf16": ours.case(True)}
+        cases = {f"pretextual {p}": for_at_least(ours.case(p == "bf16"), s.round_seconds)
+                 for p in ("fp32", "bf16")}
         for name, side in sides.items():
             cases.update({f"{name} {p}": side.case(p) for p in ("fp32", "bf16")})
         samples = interleave(cases, s.repeats, s.warmup, device, settle=s.settle)

@@ -40,6 +40,7 @@ class Sizes:
     masking_batches: int
     latency_calls_b1: int  # batch-1 inference calls per timed round
     settle: float  # seconds idle before each case: the previous one's spinning threads go to sleep
+    round_seconds: float  # a training case repeats its step for at least this long in a round
     smoke: bool = False  # tiny sizes that prove the benchmark runs and measure nothing
 
     def encoder_overrides(self) -> list[str]:
@@ -55,12 +56,13 @@ class Sizes:
 
 REFERENCE = Sizes(layers=4, hidden=256, heads=4, intermediate=1024, vocab=30522, seq=128, batch=32,
                   repeats=7, warmup=2, corpus_documents=None, masking_batches=256,
-                  latency_calls_b1=10, settle=0.2)
+                  latency_calls_b1=10, settle=0.2,
+                  round_seconds=2.0)
 """The issue's reference config."""
 
 SMOKE = Sizes(layers=2, hidden=64, heads=2, intermediate=256, vocab=1000, seq=32, batch=4,
               repeats=1, warmup=1, corpus_documents=24, masking_batches=4, latency_calls_b1=2,
-              settle=0.0, smoke=True)
+              settle=0.0, round_seconds=0.0, smoke=True)
 """Tiny sizes and one round: proves the benchmark runs, measures nothing."""
 
 
