@@ -41,7 +41,7 @@ def pretextual_step(trainer, batch, bf16: bool) -> float:
         torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), max_norm)
     trainer.optimizer.step()
     trainer.optimizer.zero_grad(set_to_none=True)
-    return float(total)
+    return float(total.detach())
 
 
 def hf_step(model, optimizer, inputs, bf16: bool, max_norm: float, device) -> float:
@@ -53,7 +53,7 @@ def hf_step(model, optimizer, inputs, bf16: bool, max_norm: float, device) -> fl
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(loss)
+    return float(loss.detach())
 
 
 def _hf_pretraining_inputs(batch) -> dict[str, torch.Tensor]:

@@ -117,10 +117,11 @@ class _VocabCrossEntropy(torch.autograd.Function):
     few MB, each while it is in cache: max, exp, row sums, the
     log-sum-exp, the loss, and, when a gradient is wanted, the gradient of the
     mean loss with respect to the logits (softmax - one-hot) / n, written over
-    the logits. Backward is two GEMMs and a sum, scaled by the incoming
-    gradient. Compared with log_softmax + nll_loss this skips the zero-filled
+    the logits, and its column sums in fp32 (the bias gradient). Backward is
+    two GEMMs, scaled by the incoming gradient. Compared with log_softmax + nll_loss this skips the zero-filled
     [n, vocab] gradient, the separate log-probability tensor, a cast of the
-    logits to fp32 under bf16, and a second pass for the argmax.
+    logits to fp32 under bf16, and second passes for the argmax and the bias
+    gradient.
     """
 
     @staticmethod
@@ -142,6 +143,9 @@ class _VocabCrossEntropy(torch.autograd.Function):
             want_grad = any(ctx.needs_input_grad[:3])
             losses = torch.empty(n, dtype=torch.float32, device=x.device)
             hits = torch.empty(n, dtype=torch.bool, device=x.device)
+            # The bias gradient, summed over the rows chunk by chunk while each is in cache
+            # in fp32: no second pass over the [n, vocab] gradient in backward.
+            grad_bias = torch.zeros(vocab, dtype=torch.float32, device=x.device) if want_grad else None
             for start in range(0, n, rows):
                 stop = min(start + rows, n)
                 t = target[start:stop, None]
@@ -160,17 +164,18 @@ class _VocabCrossEntropy(torch.autograd.Function):
                 if want_grad:
                     chunk.mul_((1.0 / (total * n))[:, None])  # softmax / n
                     chunk.scatter_add_(1, t, chunk.new_full(t.shape, -1.0 / n))
+                    grad_bias += chunk.sum(0)
                     if not in_place:
                         logits[start:stop] = chunk  # back into the bf16 buffer
         if want_grad:
-            ctx.save_for_backward(logits, xc, wc)
+            ctx.save_for_backward(logits, xc, wc, grad_bias)
             ctx.dtypes = (x.dtype, weight.dtype, bias.dtype)
         ctx.mark_non_differentiable(hits)
         return losses.mean(), hits.float().mean()
 
     @staticmethod
     def backward(ctx, grad_loss, grad_accuracy):
-        grad, xc, wc = ctx.saved_tensors  # grad: d(mean loss)/d(logits), [n, vocab]
+        grad, xc, wc, grad_bias = ctx.saved_tensors  # grad: d(mean loss)/d(logits), [n, vocab]
         x_dtype, w_dtype, b_dtype = ctx.dtypes
         unscaled = grad_loss.device.type == "cpu" and float(grad_loss) == 1.0
         scale = grad_loss.to(torch.float32)
@@ -187,8 +192,7 @@ class _VocabCrossEntropy(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 grad_w = scaled(linear(grad.t(), xc.t()) if fp32 else torch.mm(grad.t(), xc), w_dtype)
             if ctx.needs_input_grad[2]:
-                # summed in the logits' dtype (fp32 accumulation inside), as autocast's linear does
-                grad_b = scaled(grad.sum(0), b_dtype)
+                grad_b = scaled(grad_bias, b_dtype)
         return grad_x, grad_w, grad_b, None, None
 
 
