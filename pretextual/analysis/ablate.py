@@ -143,7 +143,8 @@ def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int =
     log(f"measuring the tokens per step of {', '.join(mix_label(m) for m in mixes)}")
     per_step, data = {}, None
     for mix in mixes:
-        trainer = Trainer(config(mix, f"trainer.max_steps={steps}"), Plugins(strict_plugins), quiet)
+        cfg = config(mix, f"trainer.max_steps={steps}")
+        trainer = Trainer(cfg, Plugins.from_config(cfg, strict=strict_plugins), quiet)
         per_step[mix_label(mix)] = tokens_per_step(trainer)
         data = data or _probe_inputs(trainer)
     budget = int(steps * min(per_step.values()))
@@ -157,12 +158,12 @@ def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int =
             run_dir = out / "runs" / f"{label}-seed{seed}"
             max_steps = math.ceil(budget / per_step[label])
             stop = TokenBudget(budget)
-            plugins = Plugins(strict_plugins)
+            cfg = config(mix, f"trainer.max_steps={max_steps}", f"trainer.seed={seed}",
+                         f"trainer.output_dir={run_dir}")
+            plugins = Plugins.from_config(cfg, strict=strict_plugins)  # plugins.modules too
             plugins.register(stop, name="ablate-token-budget")
             prefix = f"[{label} seed {seed}] "
-            trainer = Trainer(config(mix, f"trainer.max_steps={max_steps}", f"trainer.seed={seed}",
-                                     f"trainer.output_dir={run_dir}"),
-                              plugins, lambda message: log(prefix + message))
+            trainer = Trainer(cfg, plugins, lambda message: log(prefix + message))
             if index == 0:  # every mix starts from this same encoder (same seed, built first)
                 runs.append(RunResult(UNTRAINED, seed, "", 0, 0, 0.0,
                                       run_probes(trainer.model, data, trainer.device)))

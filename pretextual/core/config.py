@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -179,7 +180,10 @@ def _read_yaml(source: str) -> DictConfig:
         path = Path(source)
         if not path.is_file():
             raise ConfigError(f"{source}: no such config file (recipes: {', '.join(recipe_names())})")
-        text, where = path.read_text(encoding="utf-8"), str(path)
+        try:
+            text, where = path.read_text(encoding="utf-8"), str(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{source}: cannot read the config file ({_one_line(exc)})") from None
     try:
         loaded = OmegaConf.create(text)
     except Exception as exc:
@@ -237,7 +241,8 @@ def load_config(source: Optional[str] = None, overrides: tuple[str, ...] | list[
     try:
         cfg = OmegaConf.merge(schema, _read_yaml(source or DEFAULT_RECIPE))
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"{source or DEFAULT_RECIPE}: {_one_line(exc)}") from None
+        key = f"{exc.full_key}: " if getattr(exc, "full_key", None) else ""
+        raise ConfigError(f"{source or DEFAULT_RECIPE}: {key}{_one_line(exc)}") from None
     cfg = _apply_overrides(cfg, list(overrides))
     validate(cfg)
     return cfg
@@ -252,10 +257,20 @@ def validate(cfg: DictConfig) -> None:
                 "data.vocab_size": cfg.data.vocab_size, "trainer.max_steps": cfg.trainer.max_steps,
                 "trainer.grad_accum_steps": cfg.trainer.grad_accum_steps,
                 "trainer.checkpoint_every": cfg.trainer.checkpoint_every,
-                "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints}
+                "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints,
+                "trainer.log_every": cfg.trainer.log_every, "trainer.eval_batches": cfg.trainer.eval_batches,
+                "trainer.lr": cfg.trainer.lr}
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key} must be positive, got {value}")
+    not_negative = {"trainer.eval_every": cfg.trainer.eval_every, "data.num_workers": cfg.data.num_workers,
+                    "trainer.warmup_steps": cfg.trainer.warmup_steps,
+                    "trainer.max_grad_norm": cfg.trainer.max_grad_norm,
+                    "trainer.weight_decay": cfg.trainer.weight_decay}
+    for key, value in not_negative.items():
+        if value < 0:
+            raise ConfigError(f"{key} must not be negative, got {value}")
+    check_device(cfg.trainer.device)
     if cfg.data.max_seq_length < 8:
         raise ConfigError(f"data.max_seq_length must be at least 8, got {cfg.data.max_seq_length}")
     if cfg.data.max_seq_length > cfg.model.max_position_embeddings:
@@ -267,6 +282,17 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"data.eval_fraction must be in [0, 1), got {cfg.data.eval_fraction}")
     if not cfg.objectives:
         raise ConfigError("objectives: no objective selected (e.g. objectives.mlm.weight=1)")
+
+
+def check_device(name: str) -> None:
+    """Raise ConfigError naming trainer.device unless it is 'auto', 'cpu', or 'cuda'
+    (optionally 'cuda:N') with CUDA available."""
+    kind, _, index = name.partition(":")
+    if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f"trainer.device: unknown device {name!r} (known: auto, cpu, cuda, cuda:N)")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"trainer.device={name}: CUDA is not available on this machine "
+                          f"(use trainer.device=cpu or auto)")
 
 
 def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple[WeightSchedule, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -62,6 +63,28 @@ def _decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def _check_output_dir(out: Path) -> None:
+    """Raise ConfigError naming trainer.output_dir when the run directory cannot be
+    made: a part of the path is a file, or the nearest existing folder is not writable."""
+    for part in (out, *out.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise ConfigError(f"trainer.output_dir={out}: {part} exists and is not a directory")
+            if not os.access(part, os.W_OK | os.X_OK):
+                raise ConfigError(f"trainer.output_dir={out}: {part} is not writable")
+            return
+
+
+def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
+    """The exporter names of trainer.export, each registered (else one ConfigError line)."""
+    names = list(dict.fromkeys(f.strip() for f in (formats or "").split(",") if f.strip()))
+    for name in names:
+        if name not in plugins.exporters:
+            raise ConfigError(f"trainer.export: no plugin registers an exporter named {name!r} "
+                              f"(known: {', '.join(sorted(plugins.exporters))})")
+    return names
+
+
 def _fused_adamw_supported(device: torch.device) -> bool:
     """Whether torch has a fused (one kernel for all parameters) AdamW for ``device``:
     on the CPU it is about 7x faster than the default foreach implementation."""
@@ -96,6 +119,9 @@ class Trainer:
         self.log = log if self.world.is_main else (lambda *_: None)
         self.plugins = plugins or Plugins.from_config(cfg)
         self.out = Path(cfg.trainer.output_dir)
+        # Checked before any tokenizing or training, so a typo does not cost the run.
+        _check_output_dir(self.out)
+        self.export_formats = _export_formats(cfg.trainer.export, self.plugins)
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
 
         # The main process tokenizes (and trains the tokenizer, whose ties tokenizers breaks
@@ -253,7 +279,10 @@ class Trainer:
     def _start_run_dir(self, resumed: bool) -> None:
         if not self.world.is_main:
             return
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"trainer.output_dir={self.out}: cannot create it ({exc.strerror})") from None
         (self.out / "config.yaml").write_text(to_yaml(self.cfg))
         (self.out / "tokenizer.json").write_text(self.tokenizer.to_str())
         metrics = self.out / "metrics.jsonl"
@@ -375,10 +404,10 @@ class Trainer:
             if self.step % t.checkpoint_every == 0 or done:
                 self.save()
         bar.close()
-        if t.export and self.world.is_main:
+        if self.export_formats and self.world.is_main:
             from pretextual.exporters import export_checkpoint
             export_checkpoint(self.out / "checkpoints" / f"step-{self.step:07d}", self.out / "export",
-                              t.export, force=True, plugins=self.plugins, log=self.log)
+                              self.export_formats, force=True, plugins=self.plugins, log=self.log)
         if t.plot and self.world.is_main:
             from pretextual.analysis.plot import plot_run_if_possible
             plot_run_if_possible(self.out, log=self.log)

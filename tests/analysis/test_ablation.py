@@ -95,3 +95,19 @@ def test_the_mix_table_gives_mean_and_spread_over_seeds_and_n_a_without_mlm():
 def test_settings_ablate_cannot_honour_are_one_clear_error(tmp_path, call, message):
     with pytest.raises(AblationError, match=message):
         call(tmp_path)
+
+
+def test_plugins_named_by_the_config_reach_every_run(corpus_file, cache_dir, tmp_path, monkeypatch):
+    """plugins.modules given to ablate load in each of its runs, as in pretextual train."""
+    steps_file = tmp_path / "steps.txt"
+    (tmp_path / "step_recorder.py").write_text(
+        "import pretextual\n\n"
+        "@pretextual.hookimpl\n"
+        "def pretextual_on_step_end(step, metrics, trainer):\n"
+        f"    with open({str(steps_file)!r}, 'a') as f:\n"
+        "        f.write(f'{trainer.cfg.trainer.seed} {step}\\n')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ablate(["roberta"], tmp_path / "ablation", steps=2, seeds=2, log=lambda *_: None,
+           overrides=overrides(corpus_file, cache_dir, tmp_path) + ["plugins.modules=[step_recorder]"])
+    runs = steps_file.read_text().split("\n")[:-1]
+    assert {line.split()[0] for line in runs} == {"0", "1"} and len(runs) >= 4

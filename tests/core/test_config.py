@@ -5,10 +5,11 @@ from pathlib import Path
 import pytest
 
 from pretextual.cli import main
-from pretextual.core.config import load_config, recipe_names, reference_markdown
+from pretextual.core.config import load_config, objective_options, recipe_names, reference_markdown
 from pretextual.core.mix import ObjectiveMix
 from pretextual.core.encoder import preset_config
 from pretextual.errors import ConfigError
+from pretextual.objectives.mlm import MLMOptions
 from pretextual.plugins.api import BuildContext, Vocab
 from pretextual.plugins.manager import Plugins
 
@@ -34,6 +35,8 @@ def test_overrides_reach_objective_options():
     m = mix("objectives.mlm.weight=0.5", "objectives.mlm.mask_prob=0.2")
     assert cfg.data.max_seq_length == 64
     assert m.weights(0) == {"mlm": 0.5}
+    schedule, options = objective_options("mlm", cfg.objectives.mlm, MLMOptions)
+    assert (schedule.weight, options.mask_prob, options.mask_ratio) == (0.5, 0.2, 0.8)
 
 
 def test_yaml_file_and_delete_override(tmp_path):
@@ -54,11 +57,35 @@ def test_yaml_file_and_delete_override(tmp_path):
     (["data.max_seq_length=1024"], r"data\.max_seq_length \(1024\) exceeds"),
     (["~objectives.mlm"], r"objectives: no objective selected"),
     (["notakey"], r"notakey: expected key=value"),
+    (["trainer.log_every=0"], r"trainer\.log_every must be positive, got 0"),
+    (["trainer.lr=0"], r"trainer\.lr must be positive"),
+    (["trainer.eval_every=-1"], r"trainer\.eval_every must not be negative"),
+    (["data.num_workers=-2"], r"data\.num_workers must not be negative"),
+    (["trainer.device=gpu"], r"trainer\.device: unknown device 'gpu'"),
+    (["trainer.device=cuda:one"], r"trainer\.device: unknown device 'cuda:one'"),
 ])
 def test_bad_config_is_one_clear_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_config("roberta", overrides)
     assert "\n" not in str(info.value)
+
+
+def test_cuda_without_cuda_is_one_clear_line(monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"trainer\.device=cuda: CUDA is not available"):
+        load_config("roberta", ["trainer.device=cuda"])
+    assert load_config("roberta", ["trainer.device=auto"]).trainer.device == "auto"
+
+
+def test_bad_yaml_file_names_the_file_and_the_key(tmp_path):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("trainer:\n  lr: fast\n")
+    with pytest.raises(ConfigError, match=r"typo\.yaml: trainer\.lr: .*'fast'"):
+        load_config(str(typo))
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00trainer")
+    with pytest.raises(ConfigError, match=r"binary\.yaml: cannot read the config file"):
+        load_config(str(binary))
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -1,6 +1,7 @@
 """Training runs end to end: losses fall, metrics are logged, resume is exact."""
 
 import json
+import math
 import shutil
 
 import pytest
@@ -35,7 +36,9 @@ def test_loss_falls_and_metrics_are_logged(tiny_config, tmp_path):
     last = sum(l["loss"] for l in steps[-5:]) / 5
     assert last < first - 1.0, (first, last)  # ln(300) = 5.7 at the start
     assert [l["step"] for l in evals] == [20, 40, 60]
-    assert evals[-1]["eval/loss/mlm"] < evals[0]["eval/loss/mlm"]
+    # Held-out loss far below a uniform guess's ln(300); after step 20 it is on a plateau where
+    # the tokenizer's tie-breaking (it differs between processes) decides the order of the evals.
+    assert all(e["eval/loss/mlm"] < math.log(300) - 1.0 for e in evals), evals
     assert final["eval/mlm/accuracy"] > 0.1
     assert (tmp_path / "run" / "tokenizer.json").is_file()
     assert (tmp_path / "run" / "config.yaml").is_file()
@@ -98,18 +101,27 @@ def test_corrupt_latest_checkpoint_falls_back(tiny_config, tmp_path, capsys):
     assert any("step-0000002" in m for m in messages)
 
 
-def test_gradient_accumulation_matches_a_larger_batch(tiny_config, tmp_path):
-    # Dropout off so the two runs see the same computation.
-    common = ("model.hidden_dropout_prob=0", "model.attention_probs_dropout_prob=0")
-    big = tiny_config("roberta", *common, f"trainer.output_dir={tmp_path / 'big'}", steps=1)
-    Trainer(big, log=lambda *_: None).train()
-    losses_big = read_metrics(tmp_path / "big")[0]
-    acc = tiny_config("roberta", *common, "data.batch_size=4", "trainer.grad_accum_steps=2",
-                      f"trainer.output_dir={tmp_path / 'acc'}", steps=1)
-    Trainer(acc, log=lambda *_: None).train()
-    losses_acc = read_metrics(tmp_path / "acc")[0]
-    assert losses_acc["tokens"] > 0
-    assert losses_acc["loss"] == pytest.approx(losses_big["loss"], rel=0.2)
+def test_gradient_accumulation_steps_on_the_mean_of_its_micro_batches(tiny_config, tmp_path):
+    """Two steps of 2 x 4 accumulated examples give the weights of a plain loop that
+    steps on the mean gradient of the same micro-batches (and clips it)."""
+    cfg = tiny_config("roberta", "model.hidden_dropout_prob=0", "model.attention_probs_dropout_prob=0",
+                      "data.batch_size=4", "trainer.grad_accum_steps=2", "trainer.warmup_steps=0",
+                      "trainer.max_grad_norm=0.5", steps=2)
+    reference = Trainer(cfg, log=lambda *_: None)  # same seed: same initial weights and batches
+    Trainer(cfg, log=lambda *_: None).train()
+    for step in range(2):
+        for micro in range(2):
+            total, _ = reference.forward(reference.train_batches[2 * step + micro], step)
+            (total / 2).backward()
+        torch.nn.utils.clip_grad_norm_(reference.model.parameters(), 0.5)
+        reference.optimizer.step()
+        reference.optimizer.zero_grad(set_to_none=True)
+        reference.scheduler.step()
+    trained = final_weights(tmp_path / "run")
+    expected = reference.model.state_dict()
+    assert set(trained) <= set(expected)
+    for name, value in trained.items():
+        assert torch.allclose(value, expected[name], rtol=1e-5, atol=1e-6), name
 
 
 def test_dataloader_workers_give_the_same_run(tiny_config, tmp_path):
@@ -140,3 +152,16 @@ def test_training_exports_the_final_encoder(tiny_config, tmp_path):
     for name in ("config.json", "model.safetensors", "tokenizer.json", "model.onnx"):
         assert (export / name).is_file(), name
     assert json.loads((export / "config.json").read_text())["model_type"] == "bert"
+
+
+def test_bad_output_dir_and_export_are_one_line_before_any_work(tiny_config, tmp_path):
+    from pretextual.errors import ConfigError
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    with pytest.raises(ConfigError, match=r"trainer\.output_dir=.*a_file exists and is not a directory"):
+        Trainer(tiny_config("roberta", f"trainer.output_dir={a_file / 'run'}"), log=lambda *_: None)
+    with pytest.raises(ConfigError, match=r"trainer\.export: no plugin registers an exporter named 'foo' "
+                                          r"\(known: .*safetensors"):
+        Trainer(tiny_config("roberta", "trainer.export=safetensors,foo"), log=lambda *_: None)
+    assert not (tmp_path / "run").exists()  # nothing was written
