@@ -252,10 +252,7 @@ class Cycling:
 
 
 def _pretextual_loader(trainer, steps: int):
-    if hasattr(trainer, "_loader") and hasattr(trainer, "_train_indices"):
-        return lambda: trainer._loader(trainer.train_batches, trainer._train_indices(0)[:steps])
-    return lambda: torch.utils.data.DataLoader(trainer.train_batches, batch_size=None,
-                                               sampler=range(steps))
+    return lambda: trainer.loader(trainer.train_batches, trainer.train_indices()[:steps])
 
 
 class Stepper:

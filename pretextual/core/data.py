@@ -18,8 +18,6 @@ import bisect
 import functools
 import hashlib
 import mmap
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -31,6 +29,7 @@ from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer
 
 from pretextual.core.corpus import Document
+from pretextual.core.files import atomic_path
 from pretextual.plugins.api import Batch, BatchTransform, Example, ExampleBuilder, Vocab
 
 
@@ -198,14 +197,8 @@ class TokenizedDocuments:
         """Write atomically: a temporary file renamed over the target."""
         shard = self._single()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        os.close(fd)
-        try:
-            save_file({k: getattr(shard, k) for k in Shard.FIELDS}, tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with atomic_path(path) as tmp:
+            save_file({k: getattr(shard, k) for k in Shard.FIELDS}, str(tmp))
 
     @classmethod
     def load(cls, path: Path) -> "TokenizedDocuments":

@@ -43,7 +43,7 @@ def init_world(device: torch.device) -> World:
     return world
 
 
-def device_for(name: str, world: World | None = None) -> torch.device:
+def device_for(name: str) -> torch.device:
     """'auto' picks cuda when available; under torchrun each process takes its LOCAL_RANK GPU."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"

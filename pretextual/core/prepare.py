@@ -26,7 +26,6 @@ import json
 import multiprocessing
 import os
 import sys
-import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
 from pathlib import Path
@@ -38,6 +37,7 @@ from tokenizers import Tokenizer
 from pretextual.core.corpus import (EMBEDDED, Document, corpus_files, corpus_fingerprint,
                                     document_boundary, embedded_corpus, iter_documents, read_corpus)
 from pretextual.core.data import Shard, TokenizedDocuments
+from pretextual.core.files import atomic_path
 from pretextual.core.tokenizer import load_tokenizer, train_wordpiece
 from pretextual.errors import DataError
 
@@ -61,17 +61,14 @@ def _cache_key(data_cfg) -> str:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    """Write a temporary file, flush it to disk, rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def _write_error(path: Path, exc: OSError) -> DataError:
+    """The error of a failed write during prepare (a full disk): what is kept, what to do."""
+    return DataError(f"{path}: cannot write ({exc.strerror}); the shards written so far are kept, "
+                     f"run prepare again to resume")
 
 
 def tokenized_corpus(data_cfg, log=print) -> tuple[Tokenizer, TokenizedDocuments]:
@@ -176,18 +173,17 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
                                     data_cfg.vocab_size, data_cfg.lowercase)
     text = tokenizer.to_str()
     recipe["sha256"] = hashlib.sha256(text.encode()).hexdigest()
-    _write_outputs(out, {tokenizer_file: text, recipe_file: json.dumps(recipe)})
+    _write_outputs({tokenizer_file: text, recipe_file: json.dumps(recipe)})
     return tokenizer
 
 
-def _write_outputs(out: Path, texts: dict[Path, str]) -> None:
+def _write_outputs(texts: dict[Path, str]) -> None:
     """Write text files atomically; a failure (a full disk) is a DataError naming the file."""
     for path, text in texts.items():
         try:
             _write_text_atomic(path, text)
         except OSError as exc:
-            raise DataError(f"{path}: cannot write ({exc.strerror}); the shards written so far "
-                            f"are kept, run prepare again to resume") from None
+            raise _write_error(path, exc) from None
 
 
 def _document_batches(pieces: list[list], text_field: str) -> Iterator[tuple[list[Document], int]]:
@@ -222,21 +218,14 @@ def _concatenate(parts: list[Shard], ids_dtype: str) -> dict[str, np.ndarray]:
 
 def _save_npy(out: Path, name: str, array: np.ndarray) -> dict:
     """Write one .npy atomically; its entry for the manifest (file, bytes, sha256)."""
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, array, allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-        entry = {"file": name, "bytes": os.path.getsize(tmp), "sha256": _sha256(Path(tmp))}
-        os.replace(tmp, out / name)
-        return entry
+        with atomic_path(out / name) as tmp:
+            with open(tmp, "wb") as f:
+                np.save(f, array, allow_pickle=False)
+            entry = {"file": name, "bytes": tmp.stat().st_size, "sha256": _sha256(tmp)}
     except OSError as exc:
-        raise DataError(f"{out / name}: cannot write ({exc.strerror}); the shards written so far "
-                        f"are kept, run prepare again to resume") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        raise _write_error(out / name, exc) from None
+    return entry
 
 
 def _prepare_shard(out: Path, job: dict) -> dict:
@@ -254,7 +243,7 @@ def _prepare_shard(out: Path, job: dict) -> dict:
                "documents": len(arrays["document_offsets"]) - 1,
                "sentences": len(arrays["sentence_offsets"]) - 1,
                "tokens": len(arrays["ids"]), "text_bytes": text_bytes, "files": files}
-    _write_outputs(out, {out / f"{job['name']}.json": json.dumps(sidecar, indent=1)})
+    _write_outputs({out / f"{job['name']}.json": json.dumps(sidecar, indent=1)})
     return sidecar
 
 
@@ -350,7 +339,7 @@ def prepare_corpus(corpus: str, out: str | Path, data_cfg, workers: int | None =
         raise DataError(f"data.corpus: {corpus} holds no text")
     if manifest["tokens"] == 0:
         raise DataError(f"data.corpus: {corpus} gives no tokens")
-    _write_outputs(out, {out / MANIFEST: json.dumps(manifest, indent=1)})
+    _write_outputs({out / MANIFEST: json.dumps(manifest, indent=1)})
     log(f"prepared {manifest['documents']:,} documents, {manifest['sentences']:,} sentences, "
         f"{manifest['tokens']:,} tokens in {len(jobs)} shards in {out}; "
         f"train with data.prepared={out}")

@@ -250,7 +250,9 @@ class Trainer:
 
     # --- loop ------------------------------------------------------------------------------
 
-    def _loader(self, batches: Batches, indices):
+    def loader(self, batches: Batches, indices) -> torch.utils.data.DataLoader:
+        """The DataLoader the run reads ``batches`` through (data.num_workers workers
+        preparing batches ahead), yielding the batches at ``indices`` in order."""
         workers = self.cfg.data.num_workers
         # Its own generator: a DataLoader otherwise draws its base seed from the global RNG,
         # which would shift dropout after a resume. Batches carry their own seeds anyway.
@@ -259,8 +261,9 @@ class Trainer:
                                            num_workers=workers, pin_memory=self.device.type == "cuda",
                                            prefetch_factor=4 if workers else None)
 
-    def _train_indices(self, start_step: int) -> list[int]:
-        """Micro-batch ids this process reads: global micro-batch (s*accum + a)*world + rank."""
+    def train_indices(self, start_step: int = 0) -> list[int]:
+        """Micro-batch ids this process reads from ``start_step`` to trainer.max_steps:
+        global micro-batch (s*accum + a)*world + rank."""
         accum, w = self.cfg.trainer.grad_accum_steps, self.world
         return [(s * accum + a) * w.world_size + w.rank
                 for s in range(start_step, self.cfg.trainer.max_steps) for a in range(accum)]
@@ -302,7 +305,7 @@ class Trainer:
         self.model.eval()
         sums: dict[str, float] = {}
         n = self.eval_batches.available(self.cfg.trainer.eval_batches)
-        for batch in self._loader(self.eval_batches, range(n)):
+        for batch in self.loader(self.eval_batches, range(n)):
             with self._autocast():  # through the wrapper: FSDP must gather the sharded weights
                 total, logs = self.forward(self._to_device(batch), self.step)
             for key, value in {"loss": total, **logs}.items():
@@ -348,7 +351,7 @@ class Trainer:
                  f"{self.world.world_size} processes x {t.grad_accum_steps} accumulation "
                  f"| device {self.device}")
         self.model.train()
-        loader = iter(self._loader(self.train_batches, self._train_indices(self.step)))
+        loader = iter(self.loader(self.train_batches, self.train_indices(self.step)))
         bar = tqdm(total=t.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
                    disable=not (t.progress and self.world.is_main))
         last_eval: dict[str, float] = {}

@@ -93,15 +93,7 @@ class MLMHead(nn.Module):
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype a linear layer computes in here: autocast's when it is on."""
     device = x.device.type
-    try:
-        if torch.is_autocast_enabled(device):
-            return torch.get_autocast_dtype(device)
-    except (TypeError, AttributeError):  # torch < 2.4
-        if device == "cpu" and torch.is_autocast_cpu_enabled():
-            return torch.get_autocast_cpu_dtype()
-        if device == "cuda" and torch.is_autocast_enabled():
-            return torch.get_autocast_gpu_dtype()
-    return x.dtype
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
 CHUNK_BYTES = 4 << 20

@@ -132,6 +132,13 @@ def test_long_documents_are_reported_and_split(tmp_path, cache_dir, tiny_config)
     messages = []
     Trainer(cfg, log=messages.append)
     assert any("longer than data.max_seq_length" in m and str(long) in m for m in messages)
+    # Split into pieces that fit, and no token lost: every token of the corpus is in an example.
+    tokenizer, docs = tokenized_corpus(cfg.data, log=lambda *_: None)
+    vocab = vocab_of(tokenizer)
+    examples = full_sentences(cfg.data.max_seq_length, vocab)(docs, np.random.default_rng(0))
+    assert max(len(e["input_ids"]) for e in examples) <= cfg.data.max_seq_length
+    kept = sum(int(np.isin(e["input_ids"], vocab.special_ids, invert=True).sum()) for e in examples)
+    assert kept == len(docs.ids) == 20 * 400  # "word" is one token
 
 
 def test_bad_corpus_loses_nothing_already_written(tiny_config, tmp_path):

@@ -69,7 +69,7 @@ def test_resume_matches_an_uninterrupted_run(tiny_config, tmp_path):
             trainer.should_stop = step == 5
 
     plugins = Plugins()
-    plugins.pm.register(StopAtFive())
+    assert plugins.register(StopAtFive(), name="stop-at-five")
     Trainer(cut, plugins, log=lambda *_: None).train()
     shutil.rmtree(tmp_path / "cut" / "checkpoints" / "step-0000005")
     messages = []

@@ -4,7 +4,6 @@ loaded straight from the checkpoint (without the exporter's code) as the referen
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -22,10 +21,6 @@ from pretextual.objectives.mlm import MLMHead
 from run_helpers import tiny_overrides
 
 STEPS = 3
-
-
-def has_module(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
 
 
 def train_run(root: Path, corpus: Path, cache: Path, recipe: str) -> Path:

@@ -12,6 +12,7 @@ from statistics import mean
 
 import pytest
 
+import pretextual
 from pretextual.plugins import hookspecs
 from pretextual.plugins.manager import ENV_LOAD_PLUGINS, Plugins
 
@@ -42,12 +43,31 @@ def test_every_hook_is_documented_in_the_guide_with_its_arguments(hook):
     assert getattr(hookspecs, hook).__doc__.strip()
 
 
-@pytest.mark.parametrize("hook", sorted(HOOKS))
-def test_every_hook_is_implemented_by_a_test_plugin(hook):
-    here = Path(__file__).resolve()
-    implementing = [p for p in (ROOT / "tests").rglob("*.py")
-                    if p.resolve() != here and re.search(rf"def {hook}\(", p.read_text())]
-    assert implementing, f"no test implements {hook}"
+def recorder_of_every_hook():
+    """A plugin implementing every declared hook with exactly its documented arguments,
+    recording each call's arguments."""
+    calls: dict[str, list[dict]] = {}
+    source = "class Recorder:\n" + "".join(
+        f"    @hookimpl\n    def {hook}(self, {', '.join(args)}):\n"
+        f"        calls.setdefault({hook!r}, []).append(dict({', '.join(f'{a}={a}' for a in args)}))\n"
+        for hook, args in HOOKS.items())
+    namespace = {"hookimpl": pretextual.hookimpl, "calls": calls}
+    exec(source, namespace)
+    return namespace["Recorder"](), calls
+
+
+def test_every_hook_is_called_with_its_documented_arguments(train):
+    recorder, calls = recorder_of_every_hook()
+    plugins = Plugins()
+    assert plugins.register(recorder, "recorder")
+    train(plugins, "trainer.eval_every=2", "trainer.checkpoint_every=2", steps=4)
+    assert set(calls) == set(HOOKS)
+    assert [c["step"] for c in calls["pretextual_on_step_end"]] == [1, 2, 3, 4]
+    assert [c["step"] for c in calls["pretextual_on_eval"]] == [2, 4]
+    assert [c["step"] for c in calls["pretextual_on_checkpoint"]] == [2, 4]
+    assert all(Path(c["path"]).is_dir() for c in calls["pretextual_on_checkpoint"])
+    assert "loss" in calls["pretextual_on_step_end"][-1]["metrics"]
+    assert all(callable(c["register"]) for c in calls["pretextual_register_objectives"])
 
 
 def guide_files() -> dict[str, str]:
@@ -74,4 +94,5 @@ def test_the_guide_plugin_registers_through_its_entry_point_and_trains(train, tm
     records = [r for r in train(plugins, "objectives.myobj.weight=1", steps=30) if "loss" in r]
     losses = [r["loss/myobj"] for r in records]
     assert mean(losses[-5:]) < 0.8 * mean(losses[:5])
-    assert 0.0 <= records[-1]["myobj/recall"] <= 1.0
+    recall = [r["myobj/recall"] for r in records]
+    assert mean(recall[-5:]) > mean(recall[:5]) + 0.1  # measured: 0.71 -> 0.95
