@@ -162,6 +162,7 @@ class WeightSchedule:
 
 
 SCHEDULES = ("constant", "linear", "step")
+NO_OBJECTIVE = "objectives: no objective selected (e.g. objectives.mlm.weight=1)"
 RECIPES_PACKAGE = "pretextual.configs"
 DEFAULT_RECIPE = "bert"
 
@@ -281,7 +282,7 @@ def validate(cfg: DictConfig) -> None:
     if not 0.0 <= cfg.data.eval_fraction < 1.0:
         raise ConfigError(f"data.eval_fraction must be in [0, 1), got {cfg.data.eval_fraction}")
     if not cfg.objectives:
-        raise ConfigError("objectives: no objective selected (e.g. objectives.mlm.weight=1)")
+        raise ConfigError(NO_OBJECTIVE)
 
 
 def check_device(name: str) -> None:

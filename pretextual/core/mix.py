@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pretextual.core.config import WeightSchedule, objective_options
+from pretextual.core.config import NO_OBJECTIVE, WeightSchedule, objective_options
 from pretextual.core.encoder import BertModel, EncoderConfig
 from pretextual.errors import ConfigError
 from pretextual.plugins.api import Batch, BuildContext, HeadFactory, Objective, StepInputs
@@ -47,7 +47,7 @@ class ObjectiveMix:
             schedule, options = objective_options(name, raw, spec.options)
             self.selected.append(Selected(name, spec.build(options, context), schedule))
         if not self.selected:
-            raise ConfigError("objectives: no objective selected (e.g. objectives.mlm.weight=1)")
+            raise ConfigError(NO_OBJECTIVE)
         if all(s.schedule.weight == 0 and s.schedule.start_weight == 0 for s in self.selected):
             raise ConfigError("objectives: every weight is zero, nothing would be trained "
                               f"({', '.join(f'objectives.{s.name}.weight' for s in self.selected)})")
