@@ -15,7 +15,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -286,14 +285,11 @@ def validate(cfg: DictConfig) -> None:
 
 
 def check_device(name: str) -> None:
-    """Raise ConfigError naming trainer.device unless it is 'auto', 'cpu', or 'cuda'
-    (optionally 'cuda:N') with CUDA available."""
+    """Raise ConfigError naming trainer.device unless it is 'auto', 'cpu', 'cuda' or
+    'cuda:N' (whether this machine has CUDA is checked when a run starts)."""
     kind, _, index = name.partition(":")
     if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
         raise ConfigError(f"trainer.device: unknown device {name!r} (known: auto, cpu, cuda, cuda:N)")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"trainer.device={name}: CUDA is not available on this machine "
-                          f"(use trainer.device=cpu or auto)")
 
 
 def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple[WeightSchedule, Any]:

@@ -14,6 +14,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from pretextual.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class World:
@@ -44,9 +46,13 @@ def init_world(device: torch.device) -> World:
 
 
 def device_for(name: str) -> torch.device:
-    """'auto' picks cuda when available; under torchrun each process takes its LOCAL_RANK GPU."""
+    """'auto' picks cuda when available; under torchrun each process takes its LOCAL_RANK GPU.
+    A CUDA device on a machine without one is a ConfigError naming trainer.device."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"trainer.device={name}: CUDA is not available on this machine "
+                          f"(use trainer.device=cpu or auto)")
     if name == "cuda" and "LOCAL_RANK" in os.environ:
         return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return torch.device(name)

@@ -70,11 +70,14 @@ def test_bad_config_is_one_clear_line(overrides, message):
     assert "\n" not in str(info.value)
 
 
-def test_cuda_without_cuda_is_one_clear_line(monkeypatch):
+def test_cuda_without_cuda_is_one_clear_line_when_a_run_starts(monkeypatch):
+    from pretextual.core.distributed import device_for
+
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    with pytest.raises(ConfigError, match=r"trainer\.device=cuda: CUDA is not available"):
-        load_config("roberta", ["trainer.device=cuda"])
-    assert load_config("roberta", ["trainer.device=auto"]).trainer.device == "auto"
+    cfg = load_config("roberta", ["trainer.device=cuda:1"])  # a GPU run's config still loads and prints
+    with pytest.raises(ConfigError, match=r"trainer\.device=cuda:1: CUDA is not available"):
+        device_for(cfg.trainer.device)
+    assert device_for("auto").type == "cpu"
 
 
 def test_bad_yaml_file_names_the_file_and_the_key(tmp_path):
