@@ -258,12 +258,12 @@ def validate(cfg: DictConfig) -> None:
                 "trainer.grad_accum_steps": cfg.trainer.grad_accum_steps,
                 "trainer.checkpoint_every": cfg.trainer.checkpoint_every,
                 "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints,
-                "trainer.log_every": cfg.trainer.log_every, "trainer.eval_batches": cfg.trainer.eval_batches,
-                "trainer.lr": cfg.trainer.lr}
+                "trainer.log_every": cfg.trainer.log_every, "trainer.eval_batches": cfg.trainer.eval_batches}
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key} must be positive, got {value}")
-    not_negative = {"trainer.eval_every": cfg.trainer.eval_every, "data.num_workers": cfg.data.num_workers,
+    not_negative = {"trainer.lr": cfg.trainer.lr, "trainer.eval_every": cfg.trainer.eval_every,
+                    "data.num_workers": cfg.data.num_workers,
                     "trainer.warmup_steps": cfg.trainer.warmup_steps,
                     "trainer.max_grad_norm": cfg.trainer.max_grad_norm,
                     "trainer.weight_decay": cfg.trainer.weight_decay}

@@ -58,7 +58,7 @@ def test_yaml_file_and_delete_override(tmp_path):
     (["~objectives.mlm"], r"objectives: no objective selected"),
     (["notakey"], r"notakey: expected key=value"),
     (["trainer.log_every=0"], r"trainer\.log_every must be positive, got 0"),
-    (["trainer.lr=0"], r"trainer\.lr must be positive"),
+    (["trainer.lr=-1e-3"], r"trainer\.lr must not be negative"),
     (["trainer.eval_every=-1"], r"trainer\.eval_every must not be negative"),
     (["data.num_workers=-2"], r"data\.num_workers must not be negative"),
     (["trainer.device=gpu"], r"trainer\.device: unknown device 'gpu'"),
