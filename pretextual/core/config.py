@@ -115,7 +115,7 @@ class TrainerConfig:
     nonfinite: str = "stop"
     """On a NaN/inf loss: 'stop' (keep the last good checkpoint and exit with the step and objective) or 'skip' the batch."""
     device: str = "auto"
-    """'cpu', 'cuda', or 'auto' (cuda when available)."""
+    """'cpu', 'cuda', 'cuda:N', or 'auto' (cuda when available)."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -287,8 +287,8 @@ def validate(cfg: DictConfig) -> None:
 def check_device(name: str) -> None:
     """Raise ConfigError naming trainer.device unless it is 'auto', 'cpu', 'cuda' or
     'cuda:N' (whether this machine has CUDA is checked when a run starts)."""
-    kind, _, index = name.partition(":")
-    if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+    kind, colon, index = name.partition(":")
+    if kind not in ("auto", "cpu", "cuda") or (colon and (kind != "cuda" or not index.isdigit())):
         raise ConfigError(f"trainer.device: unknown device {name!r} (known: auto, cpu, cuda, cuda:N)")
 
 

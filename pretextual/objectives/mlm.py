@@ -110,10 +110,10 @@ class _VocabCrossEntropy(torch.autograd.Function):
     log-sum-exp, the loss, and, when a gradient is wanted, the gradient of the
     mean loss with respect to the logits (softmax - one-hot) / n, written over
     the logits, and its column sums in fp32 (the bias gradient). Backward is
-    two GEMMs, scaled by the incoming gradient. Compared with log_softmax + nll_loss this skips the zero-filled
-    [n, vocab] gradient, the separate log-probability tensor, a cast of the
-    logits to fp32 under bf16, and second passes for the argmax and the bias
-    gradient.
+    two GEMMs, scaled by the incoming gradient. Compared with log_softmax +
+    nll_loss this skips the zero-filled [n, vocab] gradient, the separate
+    log-probability tensor, a cast of the logits to fp32 under bf16, and second
+    passes for the argmax and the bias gradient.
     """
 
     @staticmethod
@@ -137,7 +137,8 @@ class _VocabCrossEntropy(torch.autograd.Function):
             hits = torch.empty(n, dtype=torch.bool, device=x.device)
             # The bias gradient, summed over the rows chunk by chunk while each is in cache
             # in fp32: no second pass over the [n, vocab] gradient in backward.
-            grad_bias = torch.zeros(vocab, dtype=torch.float32, device=x.device) if want_grad else None
+            grad_bias = (torch.zeros(vocab, dtype=torch.float32, device=x.device)
+                         if want_grad else None)
             for start in range(0, n, rows):
                 stop = min(start + rows, n)
                 t = target[start:stop, None]
@@ -184,7 +185,8 @@ class _VocabCrossEntropy(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 grad_w = scaled(linear(grad.t(), xc.t()) if fp32 else torch.mm(grad.t(), xc), w_dtype)
             if ctx.needs_input_grad[2]:
-                grad_b = scaled(grad_bias, b_dtype)
+                # A copy: the saved sum must stay as it is for another backward.
+                grad_b = scaled(grad_bias.clone(), b_dtype)
         return grad_x, grad_w, grad_b, None, None
 
 

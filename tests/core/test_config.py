@@ -63,6 +63,7 @@ def test_yaml_file_and_delete_override(tmp_path):
     (["data.num_workers=-2"], r"data\.num_workers must not be negative"),
     (["trainer.device=gpu"], r"trainer\.device: unknown device 'gpu'"),
     (["trainer.device=cuda:one"], r"trainer\.device: unknown device 'cuda:one'"),
+    (["trainer.device='cuda:'"], r"trainer\.device: unknown device 'cuda:'"),
 ])
 def test_bad_config_is_one_clear_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as info:

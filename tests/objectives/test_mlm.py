@@ -148,14 +148,17 @@ def test_fused_head_loss_and_gradients_equal_plain_cross_entropy(dtype):
     target[:20] = head(hidden[:20]).argmax(-1)  # some hits, so accuracy is not 0
     params = [hidden.requires_grad_(), encoder.embeddings.word_embeddings.weight, head.bias]
 
+    upstream = torch.tensor(0.37)  # a loss weight: backward scales by it
     logits = head(hidden)
     expected_loss = torch.nn.functional.cross_entropy(logits, target)
     expected_accuracy = (logits.argmax(-1) == target).float().mean()
-    expected = torch.autograd.grad(expected_loss, params)
+    expected = torch.autograd.grad(expected_loss, params, upstream)
 
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
         loss, accuracy = head.loss_and_accuracy(hidden, target)
-    got = torch.autograd.grad(loss, params)
+    got = torch.autograd.grad(loss, params, upstream, retain_graph=True)
+    again = torch.autograd.grad(loss, params, upstream)  # backward leaves what it saved as it was
+    assert all(torch.equal(a, g) for a, g in zip(again, got))
 
     close = 1e-5 if dtype == torch.float32 else 2e-2  # bf16 keeps 8 bits of mantissa
     assert float(loss) == pytest.approx(float(expected_loss), rel=close)
