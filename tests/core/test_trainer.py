@@ -38,9 +38,11 @@ def test_loss_falls_and_metrics_are_logged(tiny_config, tmp_path):
     assert last < first - 1.0, (first, last)  # ln(300) = 5.7 at the start
     assert [l["step"] for l in evals] == [20, 40, 60]
     # Held-out loss far below a uniform guess's ln(300); after step 20 it is on a plateau where
-    # the tokenizer's tie-breaking (it differs between processes) decides the order of the evals.
+    # the tokenizer (see below) decides the order of the evals.
     assert all(e["eval/loss/mlm"] < math.log(300) - 1.0 for e in evals), evals
-    assert final["eval/mlm/accuracy"] > 0.1
+    # 15x chance (1/300); measured 0.08-0.16, with the tokenizer as the varying part: WordPiece
+    # training breaks count ties in hash-map order, which differs between processes.
+    assert final["eval/mlm/accuracy"] > 0.05
     assert (tmp_path / "run" / "tokenizer.json").is_file()
     assert (tmp_path / "run" / "config.yaml").is_file()
 
