@@ -8,8 +8,8 @@ which must see plain aten ops.
 * :func:`linear`: ``F.linear`` whose three GEMMs (forward, input and weight
   gradients) run through oneDNN for fp32 on AMD CPUs, where oneDNN uses
   AVX-512 and torch's default BLAS (MKL) does not: GEMMs 1.2-1.4x and training
-  steps 1.03-1.16x faster on a 2-core AMD EPYC (see :func:`onednn_linear_wanted`).
-  Elsewhere F.linear stays (see :func:`onednn_linear_wanted`).
+  steps 1.03-1.16x faster on a 2-core AMD EPYC. Elsewhere F.linear stays (see
+  :func:`onednn_linear_wanted`).
   ``PRETEXTUAL_ONEDNN_LINEAR=1`` or ``0`` forces it on or off.
 * :func:`dropout` / :class:`Dropout`: inverted dropout as one compiled loop
   (numba) whose keep mask comes from a counter-based generator (SplitMix64 of
