@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
-from pretextual.errors import PretextualError
+from pretextual.errors import ConfigError, PretextualError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -31,9 +33,9 @@ def cmd_train(args) -> int:
     from pretextual.core.trainer import Trainer
     from pretextual.plugins.manager import Plugins
     cfg = _load(args)
-    trainer = Trainer(cfg, Plugins.from_config(cfg, strict=args.strict_plugins))
+    trainer = Trainer(cfg, Plugins.from_config(cfg, strict=args.strict_plugins), resume=args.resume)
     try:
-        metrics = trainer.train(resume=args.resume)
+        metrics = trainer.train()
     finally:
         shutdown(trainer.world)
     if trainer.world.is_main:
@@ -56,11 +58,15 @@ def cmd_prepare(args) -> int:
 
 def cmd_config(args) -> int:
     from pretextual.core.config import reference_markdown, to_yaml
+    from pretextual.plugins.manager import Plugins
     if args.reference:
-        from pretextual.plugins.manager import Plugins
         print(reference_markdown(Plugins(strict=args.strict_plugins).objectives))
         return 0
-    print(to_yaml(_load(args)), end="")
+    from pretextual.core.mix import check_objectives
+    cfg = _load(args)
+    # What train would refuse before reading the corpus, this refuses too.
+    check_objectives(cfg.objectives, Plugins.from_config(cfg, strict=args.strict_plugins))
+    print(to_yaml(cfg), end="")
     return 0
 
 
@@ -116,21 +122,30 @@ def cmd_ablate(args) -> int:
     return 0
 
 
+STRICT_PLUGINS_HELP = "fail when a plugin cannot be loaded instead of skipping it"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand; each sets ``func``, the cmd_* function that runs it."""
     parser = argparse.ArgumentParser(prog="pretextual", description=__doc__)
-    parser.add_argument("--strict-plugins", action="store_true",
-                        help="fail when a plugin cannot be loaded instead of skipping it")
+    parser.add_argument("--strict-plugins", action="store_true", help=STRICT_PLUGINS_HELP)
+    # Also accepted after the subcommand. SUPPRESS: a subcommand not given the flag keeps
+    # the value parsed before it (argparse copies a subparser's defaults over it).
+    strict = argparse.ArgumentParser(add_help=False)
+    strict.add_argument("--strict-plugins", action="store_true", default=argparse.SUPPRESS,
+                        help=STRICT_PLUGINS_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
+    add_command = functools.partial(sub.add_parser, parents=[strict])
     config_help = "a recipe (bert, roberta, albert, spanbert) or a YAML file, then key=value overrides"
 
-    train = sub.add_parser("train", help="pretrain an encoder")
+    train = add_command("train", help="pretrain an encoder")
     train.add_argument("args", nargs="*", metavar="[CONFIG] key=value", help=config_help)
     train.add_argument("--resume", action="store_true",
                        help="continue from the newest good checkpoint in trainer.output_dir")
     train.set_defaults(func=cmd_train)
 
-    prepare = sub.add_parser("prepare", help="tokenize a corpus once into memory-mapped shards "
-                             "(for corpora larger than memory; train with data.prepared=DIR)")
+    prepare = add_command("prepare", help="tokenize a corpus once into memory-mapped shards "
+                          "(for corpora larger than memory; train with data.prepared=DIR)")
     prepare.add_argument("corpus", metavar="CORPUS",
                          help="a text or .jsonl file, a directory or a glob (as data.corpus)")
     prepare.add_argument("--out", required=True, metavar="DIR",
@@ -150,17 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
                          help="text from the start of the corpus to train the tokenizer on (default: 16)")
     prepare.set_defaults(func=cmd_prepare)
 
-    config = sub.add_parser("config", help="print the resolved config")
+    config = add_command("config", help="print the resolved config")
     config.add_argument("args", nargs="*", metavar="[CONFIG] key=value", help=config_help)
     config.add_argument("--reference", action="store_true",
                         help="print the markdown reference of every key (docs/config.md)")
     config.set_defaults(func=cmd_config)
 
-    plugins = sub.add_parser("plugins", help="list plugins and what they register")
+    plugins = add_command("plugins", help="list plugins and what they register")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plugins.set_defaults(func=cmd_plugins)
 
-    export = sub.add_parser("export", help="write a checkpoint as files other tools load")
+    export = add_command("export", help="write a checkpoint as files other tools load")
     export.add_argument("source", metavar="RUN_DIR_OR_CHECKPOINT",
                         help="a run directory (its newest checkpoint) or a checkpoint directory")
     export.add_argument("--out", required=True, metavar="DIR", help="the export directory")
@@ -174,23 +189,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replace DIR if it exists and is not empty (once the new export is complete)")
     export.set_defaults(func=cmd_export)
 
-    plot = sub.add_parser("plot", help="plot the loss curves and eval metrics of runs")
+    plot = add_command("plot", help="plot the loss curves and eval metrics of runs")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to overlay")
     plot.add_argument("--out", required=True, metavar="FILE.png",
                       help="the image to write (needs matplotlib: "
                            "pip install 'pretextual[plot]')")
     plot.set_defaults(func=cmd_plot)
 
-    compare = sub.add_parser("compare", help="a table of runs: final and best eval metrics, "
-                                             "tokens, time")
+    compare = add_command("compare", help="a table of runs: final and best eval metrics, "
+                                          "tokens, time")
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                          help="run directories to compare")
     compare.add_argument("--markdown", action="store_true", help="print a markdown table")
     compare.add_argument("--json", action="store_true", help="print JSON instead of a table")
     compare.set_defaults(func=cmd_compare)
 
-    ablate = sub.add_parser("ablate", help="train objective mixes on the same data and token "
-                                           "budget, probe them alike, write a report")
+    ablate = add_command("ablate", help="train objective mixes on the same data and token "
+                                        "budget, probe them alike, write a report")
     ablate.add_argument("overrides", nargs="*", metavar="key=value",
                         help="overrides applied to every mix (corpus, preset, lengths, ...)")
     ablate.add_argument("--mixes", default="bert,roberta,albert,spanbert",
@@ -207,11 +222,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: sys.argv[1:]); returns the exit status,
+    2 for an error the user can fix, reported as one line."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except PretextualError as exc:
-        print(f"pretextual: error: {exc}", file=sys.stderr)
+        # Under torchrun every process meets the same config mistake: rank 0's line is
+        # enough. Other errors (data, checkpoints) may be one process's own: each says it,
+        # naming its rank. RANK, not the process group, which may not exist yet.
+        rank = os.environ.get("RANK", "0")
+        if rank == "0":
+            print(f"pretextual: error: {exc}", file=sys.stderr)
+        elif not isinstance(exc, ConfigError):
+            print(f"pretextual: error: [rank {rank}] {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("pretextual: interrupted", file=sys.stderr)

@@ -13,12 +13,12 @@ import textwrap
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pretextual.core.encoder import PRESETS
+from pretextual.core.encoder import PRESETS, preset_config
 from pretextual.errors import ConfigError
 
 
@@ -45,7 +45,7 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     corpus: str = "embedded"
-    """A text file (one sentence or paragraph per line, blank line between documents), a .jsonl file, a directory or glob of these, or 'embedded' (text shipped with Python)."""
+    """A text file (one sentence or paragraph per line, blank line between documents) or a .jsonl file (one document per line, in data.text_field), whatever its name; a directory, of which the .txt, .text and .jsonl files are read (others are skipped with a warning naming them); a glob (quoted), of which every matched file is read; or 'embedded' (text shipped with Python)."""
     prepared: Optional[str] = None
     """A directory written by `pretextual prepare`: train from its memory-mapped shards (and tokenizer) instead of reading data.corpus, for corpora larger than memory."""
     text_field: str = "text"
@@ -106,6 +106,8 @@ class TrainerConfig:
     """Seed of initialisation, data order, masking and dropout."""
     output_dir: str = "runs/latest"
     """Run directory: metrics.jsonl, checkpoints, tokenizer, config."""
+    overwrite_output_dir: bool = False
+    """Start afresh in an output_dir that holds an earlier run's checkpoints, deleting them with its metrics and export (without it that is an error; --resume continues such a run)."""
     export: Optional[str] = "safetensors,onnx"
     """Formats the final checkpoint is exported to in <output_dir>/export, comma-separated ('' turns it off)."""
     plot: bool = True
@@ -153,14 +155,28 @@ class WeightSchedule:
 
     def at(self, step: int) -> float:
         """The weight at optimizer step ``step``."""
-        if self.schedule == "linear" and step < self.schedule_steps:
-            return self.start_weight + (self.weight - self.start_weight) * step / self.schedule_steps
-        if self.schedule == "step" and step < self.schedule_steps:
-            return self.start_weight
-        return self.weight
+        return SCHEDULES[self.schedule](self, step)
 
 
-SCHEDULES = ("constant", "linear", "step")
+def _constant(s: WeightSchedule, step: int) -> float:
+    return s.weight
+
+
+def _linear(s: WeightSchedule, step: int) -> float:
+    if step < s.schedule_steps:
+        return s.start_weight + (s.weight - s.start_weight) * step / s.schedule_steps
+    return s.weight
+
+
+def _step(s: WeightSchedule, step: int) -> float:
+    return s.start_weight if step < s.schedule_steps else s.weight
+
+
+SCHEDULES: dict[str, Callable[[WeightSchedule, int], float]] = {
+    "constant": _constant, "linear": _linear, "step": _step}
+"""The weight schedules by name (objectives.<name>.schedule): schedule, step -> weight."""
+MODEL_SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+"""The model.* keys that override the preset's sizes."""
 NO_OBJECTIVE = "objectives: no objective selected (e.g. objectives.mlm.weight=1)"
 RECIPES_PACKAGE = "pretextual.configs"
 DEFAULT_RECIPE = "bert"
@@ -250,38 +266,56 @@ def load_config(source: Optional[str] = None, overrides: tuple[str, ...] | list[
 
 def validate(cfg: DictConfig) -> None:
     """Checks that span several keys or that the types cannot express."""
-    if cfg.model.preset not in PRESETS:
-        raise ConfigError(f"model.preset: unknown preset {cfg.model.preset!r} "
-                          f"(known: {', '.join(PRESETS)})")
-    positive = {"data.max_seq_length": cfg.data.max_seq_length, "data.batch_size": cfg.data.batch_size,
-                "data.vocab_size": cfg.data.vocab_size, "trainer.max_steps": cfg.trainer.max_steps,
-                "trainer.grad_accum_steps": cfg.trainer.grad_accum_steps,
-                "trainer.checkpoint_every": cfg.trainer.checkpoint_every,
-                "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints,
-                "trainer.log_every": cfg.trainer.log_every, "trainer.eval_batches": cfg.trainer.eval_batches}
+    m, d, t = cfg.model, cfg.data, cfg.trainer
+    if m.preset not in PRESETS:
+        raise ConfigError(f"model.preset: unknown preset {m.preset!r} (known: {', '.join(PRESETS)})")
+    # The model sizes may be unset (None): the preset then gives them.
+    sizes = {f"model.{key}": m[key] for key in MODEL_SIZES if m[key] is not None}
+    positive = {**sizes, "data.max_seq_length": d.max_seq_length, "data.batch_size": d.batch_size,
+                "data.vocab_size": d.vocab_size, "trainer.max_steps": t.max_steps,
+                "trainer.grad_accum_steps": t.grad_accum_steps,
+                "trainer.checkpoint_every": t.checkpoint_every,
+                "trainer.keep_checkpoints": t.keep_checkpoints, "trainer.log_every": t.log_every,
+                "trainer.eval_batches": t.eval_batches, "trainer.adam_eps": t.adam_eps}
+    not_negative = {"trainer.lr": t.lr, "trainer.eval_every": t.eval_every,
+                    "data.num_workers": d.num_workers, "trainer.warmup_steps": t.warmup_steps,
+                    "trainer.max_grad_norm": t.max_grad_norm, "trainer.weight_decay": t.weight_decay}
+    below_one = {"model.hidden_dropout_prob": m.hidden_dropout_prob,
+                 "model.attention_probs_dropout_prob": m.attention_probs_dropout_prob,
+                 "trainer.adam_beta1": t.adam_beta1, "trainer.adam_beta2": t.adam_beta2,
+                 "data.eval_fraction": d.eval_fraction}
+    # Each test is written so that NaN fails it too.
     for key, value in positive.items():
-        if value <= 0:
+        if not value > 0:
             raise ConfigError(f"{key} must be positive, got {value}")
-    not_negative = {"trainer.lr": cfg.trainer.lr, "trainer.eval_every": cfg.trainer.eval_every,
-                    "data.num_workers": cfg.data.num_workers,
-                    "trainer.warmup_steps": cfg.trainer.warmup_steps,
-                    "trainer.max_grad_norm": cfg.trainer.max_grad_norm,
-                    "trainer.weight_decay": cfg.trainer.weight_decay}
     for key, value in not_negative.items():
-        if value < 0:
+        if not value >= 0:
             raise ConfigError(f"{key} must not be negative, got {value}")
-    check_device(cfg.trainer.device)
-    if cfg.data.max_seq_length < 8:
-        raise ConfigError(f"data.max_seq_length must be at least 8, got {cfg.data.max_seq_length}")
-    if cfg.data.max_seq_length > cfg.model.max_position_embeddings:
-        raise ConfigError(f"data.max_seq_length ({cfg.data.max_seq_length}) exceeds "
-                          f"model.max_position_embeddings ({cfg.model.max_position_embeddings})")
-    if cfg.trainer.nonfinite not in ("stop", "skip"):
-        raise ConfigError(f"trainer.nonfinite must be 'stop' or 'skip', got {cfg.trainer.nonfinite!r}")
-    if not 0.0 <= cfg.data.eval_fraction < 1.0:
-        raise ConfigError(f"data.eval_fraction must be in [0, 1), got {cfg.data.eval_fraction}")
+    for key, value in below_one.items():
+        if not 0.0 <= value < 1.0:
+            raise ConfigError(f"{key} must be in [0, 1), got {value}")
+    hidden, heads = (_size(m, key) for key in ("hidden_size", "num_attention_heads"))
+    if hidden[0] % heads[0]:
+        raise ConfigError(f"model.hidden_size ({hidden[1]}) must be a multiple of "
+                          f"model.num_attention_heads ({heads[1]})")
+    check_device(t.device)
+    if d.max_seq_length < 8:
+        raise ConfigError(f"data.max_seq_length must be at least 8, got {d.max_seq_length}")
+    if d.max_seq_length > m.max_position_embeddings:
+        raise ConfigError(f"data.max_seq_length ({d.max_seq_length}) exceeds "
+                          f"model.max_position_embeddings ({m.max_position_embeddings})")
+    if t.nonfinite not in ("stop", "skip"):
+        raise ConfigError(f"trainer.nonfinite must be 'stop' or 'skip', got {t.nonfinite!r}")
     if not cfg.objectives:
         raise ConfigError(NO_OBJECTIVE)
+
+
+def _size(model: DictConfig, key: str) -> tuple[int, str]:
+    """model.<key> as the encoder gets it (set, else the preset's), and as a message shows it."""
+    if model[key] is not None:
+        return model[key], str(model[key])
+    value = getattr(preset_config(model.preset), key)
+    return value, f"{value}, from model.preset={model.preset}"
 
 
 def check_device(name: str) -> None:
@@ -294,7 +328,8 @@ def check_device(name: str) -> None:
 
 def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple[WeightSchedule, Any]:
     """Split ``objectives.<name>`` into its weight schedule and the objective's own
-    options dataclass, type-checked (unknown keys get OmegaConf's suggestion)."""
+    options dataclass, type-checked (unknown keys get OmegaConf's suggestion) and
+    checked by the options' ``check(name)`` method when the dataclass has one."""
     if raw is None:
         raw = {}
     if not isinstance(raw, (dict, DictConfig)):
@@ -304,9 +339,10 @@ def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple
     schedule_keys = {f.name for f in dataclasses.fields(WeightSchedule)}
     own = {k: v for k, v in raw.items() if k not in schedule_keys}
     schedule = _typed(name, WeightSchedule, {k: v for k, v in raw.items() if k in schedule_keys})
-    if schedule.weight < 0 or schedule.start_weight < 0:
-        raise ConfigError(f"objectives.{name}.weight must not be negative, got "
-                          f"{min(schedule.weight, schedule.start_weight)}")
+    for key in ("weight", "start_weight"):
+        if not getattr(schedule, key) >= 0:  # NaN fails too
+            raise ConfigError(f"objectives.{name}.{key} must not be negative, got "
+                              f"{getattr(schedule, key)}")
     if schedule.schedule not in SCHEDULES:
         raise ConfigError(f"objectives.{name}.schedule: unknown schedule {schedule.schedule!r} "
                           f"(known: {', '.join(SCHEDULES)})")
@@ -318,7 +354,10 @@ def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple
             raise ConfigError(f"objectives.{name}.{next(iter(own))}: objective {name!r} has no "
                               f"such key (it takes only weight and schedule keys)")
         return schedule, None
-    return schedule, _typed(name, options_cls, own)
+    options = _typed(name, options_cls, own)
+    if callable(getattr(options, "check", None)):
+        options.check(name)
+    return schedule, options
 
 
 def _typed(name: str, cls: type, values: dict) -> Any:
@@ -345,6 +384,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def to_yaml(cfg: DictConfig) -> str:
+    """The config as YAML: what `pretextual config` prints and a run saves as config.yaml."""
     return OmegaConf.to_yaml(cfg)
 
 

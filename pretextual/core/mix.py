@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -16,7 +17,8 @@ from torch import nn
 from pretextual.core.config import NO_OBJECTIVE, WeightSchedule, objective_options
 from pretextual.core.encoder import BertModel, EncoderConfig
 from pretextual.errors import ConfigError
-from pretextual.plugins.api import Batch, BuildContext, HeadFactory, Objective, StepInputs
+from pretextual.plugins.api import (Batch, BuildContext, HeadFactory, Objective, ObjectiveSpec,
+                                    StepInputs)
 from pretextual.plugins.manager import Plugins
 
 
@@ -36,21 +38,34 @@ class Selected:
     schedule: WeightSchedule
 
 
+def check_objectives(objectives_cfg, plugins: Plugins
+                     ) -> dict[str, tuple[ObjectiveSpec, WeightSchedule, Any]]:
+    """Check ``cfg.objectives`` as far as it can be without the tokenizer, so a mistake
+    is reported before the corpus is read: every name is a registered objective, its
+    weight schedule and options are well typed and in range (the options' own
+    ``check``), and some weight is not zero. Returns each objective's spec, schedule
+    and options by name, as :class:`ObjectiveMix` builds them. Raises ConfigError (or
+    PluginError for an unknown name) in one line naming the key."""
+    checked = {}
+    for name, raw in objectives_cfg.items():
+        spec = plugins.objective(name)
+        checked[name] = (spec, *objective_options(name, raw, spec.options))
+    if not checked:
+        raise ConfigError(NO_OBJECTIVE)
+    if all(s.weight == 0 and s.start_weight == 0 for _, s, _ in checked.values()):
+        raise ConfigError("objectives: every weight is zero, nothing would be trained "
+                          f"({', '.join(f'objectives.{name}.weight' for name in checked)})")
+    return checked
+
+
 class ObjectiveMix:
     """The objectives a run selected, checked for conflicts at config time."""
 
     def __init__(self, objectives_cfg, plugins: Plugins, context: BuildContext):
-        self.selected: list[Selected] = []
         context = dataclasses.replace(context, objectives=tuple(objectives_cfg))
-        for name, raw in objectives_cfg.items():
-            spec = plugins.objective(name)
-            schedule, options = objective_options(name, raw, spec.options)
-            self.selected.append(Selected(name, spec.build(options, context), schedule))
-        if not self.selected:
-            raise ConfigError(NO_OBJECTIVE)
-        if all(s.schedule.weight == 0 and s.schedule.start_weight == 0 for s in self.selected):
-            raise ConfigError("objectives: every weight is zero, nothing would be trained "
-                              f"({', '.join(f'objectives.{s.name}.weight' for s in self.selected)})")
+        self.selected = [Selected(name, spec.build(options, context), schedule)
+                         for name, (spec, schedule, options)
+                         in check_objectives(objectives_cfg, plugins).items()]
         self.example_builder = self._exclusive("example_builder", "build examples from documents")
         self.batch_transform = self._exclusive("batch_transform", "corrupt the batch")
         self.heads = self._heads()

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from numba import njit
 
-from pretextual.plugins.api import Batch, Vocab
+from pretextual.errors import ConfigError
+from pretextual.plugins.api import Batch, BuildContext, Vocab
 
 IGNORE_INDEX = -100
 """The label of a position that is not predicted (torch's cross_entropy default)."""
@@ -51,6 +52,15 @@ def with_labels(batch: Batch, corrupted: np.ndarray, labels: np.ndarray) -> Batc
     device = batch["input_ids"].device
     return {**batch, "input_ids": torch.from_numpy(corrupted).to(device),
             "mlm_labels": torch.from_numpy(labels).to(device)}
+
+
+def require_word_boundaries(name: str, context: BuildContext) -> None:
+    """Raise ConfigError naming ``objectives.<name>`` when the tokenizer gives no words
+    (no pre-tokenizer), which the whole-word masking of ``wwm`` and ``span`` needs."""
+    if not context.has_word_boundaries:
+        raise ConfigError(f"objectives.{name}: the tokenizer has no word information (it has no "
+                          f"pre-tokenizer), so whole words cannot be found; use objectives.mlm "
+                          f"or a tokenizer with a pre-tokenizer")
 
 
 def _same_shape(batch: Batch, name: str, t: torch.Tensor) -> None:
@@ -133,11 +143,6 @@ def replace_selected(batch: Batch, selected: torch.Tensor, vocab: Vocab, mask_ra
         kernel_seed(generator), as_numpy(input_ids), as_numpy(selected), groups,
         ordinary_array(vocab), vocab.mask_id, mask_ratio, random_ratio)
     return with_labels(batch, corrupted, labels)
-
-
-def sample_span_lengths(n: int, span_cdf: np.ndarray, generator: torch.Generator) -> torch.Tensor:
-    """``n`` lengths drawn as :func:`mask_spans` draws them (int64, shape [n]); for tests."""
-    return torch.from_numpy(_span_lengths_kernel(kernel_seed(generator), n, span_cdf))
 
 
 # --- the compiled loops --------------------------------------------------------------------------
@@ -282,12 +287,3 @@ def _select_tokens_kernel(seed, attention, special, mask_prob):
 def _replace_kernel(seed, ids, selected, group, ordinary, mask_id, mask_ratio, random_ratio):
     np.random.seed(seed)
     return replace(ids, selected, group, ordinary, mask_id, mask_ratio, random_ratio)
-
-
-@njit(cache=True, nogil=True)
-def _span_lengths_kernel(seed, n, cdf):
-    np.random.seed(seed)
-    lengths = np.empty(n, np.int64)
-    for i in range(n):
-        lengths[i] = span_length(cdf)
-    return lengths

@@ -39,6 +39,10 @@ class MLMOptions:
     random_ratio: float = 0.1
     """Share of the selected tokens replaced by a random ordinary token (the rest stay)."""
 
+    def check(self, name: str) -> None:
+        """Called by the core when the config is checked: see check_masking_options."""
+        check_masking_options(name, self)
+
 
 def check_masking_options(name: str, options) -> None:
     """Raise ConfigError naming the key for an impossible masking configuration."""
@@ -210,7 +214,7 @@ def masked_lm_loss(inputs: StepInputs) -> ObjectiveOutput:
 
 
 def build(options: MLMOptions, context: BuildContext) -> Objective:
-    check_masking_options("mlm", options)
+    """``mlm`` for a run: the MLM head, its loss, and masking over ``context.vocab``."""
 
     def mask(batch: Batch, generator: torch.Generator) -> Batch:
         return mask_tokens(batch, context.vocab, options.mask_prob, options.mask_ratio,

@@ -54,6 +54,11 @@ class NSPOptions:
     short_seq_prob: float = 0.1
     """Probability that a document's pairs aim at a random length in [2, max_seq_length - 3]."""
 
+    def check(self, name: str) -> None:
+        """Called by the core when the config is checked: each probability in [0, 1]."""
+        check_probability(name, "random_next_prob", self.random_next_prob)
+        check_probability(name, "short_seq_prob", self.short_seq_prob)
+
 
 def next_sentence_pairs(options: NSPOptions, max_seq_length: int, vocab: Vocab) -> ExampleBuilder:
     """The example builder: every document cut into labelled sentence pairs.
@@ -114,8 +119,7 @@ def next_sentence_loss(inputs: StepInputs) -> ObjectiveOutput:
 
 
 def build(options: NSPOptions, context: BuildContext) -> Objective:
-    check_probability("nsp", "random_next_prob", options.random_next_prob)
-    check_probability("nsp", "short_seq_prob", options.short_seq_prob)
+    """``nsp`` for a run: the sentence-pair example builder, the "nsp" head and its loss."""
     return Objective(loss=next_sentence_loss, heads={"nsp": pair_classifier},
                      example_builder=next_sentence_pairs(options, context.max_seq_length,
                                                          context.vocab))

@@ -45,6 +45,11 @@ class SOPOptions:
     short_seq_prob: float = 0.1
     """Probability that a document's pairs aim at a random length in [2, max_seq_length - 3]."""
 
+    def check(self, name: str) -> None:
+        """Called by the core when the config is checked: each probability in [0, 1]."""
+        check_probability(name, "swap_prob", self.swap_prob)
+        check_probability(name, "short_seq_prob", self.short_seq_prob)
+
 
 def sentence_order_pairs(options: SOPOptions, max_seq_length: int, vocab: Vocab) -> ExampleBuilder:
     """The example builder: every document cut into pairs of consecutive segments.
@@ -81,8 +86,7 @@ def sentence_order_loss(inputs: StepInputs) -> ObjectiveOutput:
 
 
 def build(options: SOPOptions, context: BuildContext) -> Objective:
-    check_probability("sop", "swap_prob", options.swap_prob)
-    check_probability("sop", "short_seq_prob", options.short_seq_prob)
+    """``sop`` for a run: the consecutive-segment example builder, the "sop" head and its loss."""
     return Objective(loss=sentence_order_loss, heads={"sop": pair_classifier},
                      example_builder=sentence_order_pairs(options, context.max_seq_length,
                                                           context.vocab))

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from pretextual.errors import ConfigError
-from pretextual.objectives.masking import mask_spans
+from pretextual.objectives.masking import mask_spans, require_word_boundaries
 from pretextual.objectives.mlm import MLMHead, check_masking_options, masked_lm_loss
 from pretextual.plugins.api import Batch, BuildContext, Objective, ObjectiveSpec
 from pretextual.plugins.hookspecs import hookimpl
@@ -45,14 +45,14 @@ class SpanOptions:
     random_ratio: float = 0.1
     """Share of the spans replaced by random ordinary tokens (the rest stay)."""
 
-
-def check_span_options(options: SpanOptions) -> None:
-    """Raise ConfigError naming the key for an impossible span configuration."""
-    if not 0.0 < options.p <= 1.0:
-        raise ConfigError(f"objectives.span.p must be in (0, 1], got {options.p}")
-    if options.max_span < 1:
-        raise ConfigError(f"objectives.span.max_span must be at least 1, got {options.max_span}")
-    check_masking_options("span", options)
+    def check(self, name: str) -> None:
+        """Raise ConfigError naming the key for an impossible span configuration (called by
+        the core when the config is checked)."""
+        if not 0.0 < self.p <= 1.0:
+            raise ConfigError(f"objectives.{name}.p must be in (0, 1], got {self.p}")
+        if self.max_span < 1:
+            raise ConfigError(f"objectives.{name}.max_span must be at least 1, got {self.max_span}")
+        check_masking_options(name, self)
 
 
 def span_length_cdf(p: float, max_span: int) -> np.ndarray:
@@ -63,12 +63,9 @@ def span_length_cdf(p: float, max_span: int) -> np.ndarray:
 
 
 def build(options: SpanOptions, context: BuildContext) -> Objective:
-    check_span_options(options)
-    if not context.has_word_boundaries:
-        raise ConfigError("objectives.span: the tokenizer has no word information (it has no "
-                          "pre-tokenizer), so spans of whole words cannot be found; use "
-                          "objectives.mlm or a tokenizer with a pre-tokenizer")
-
+    """``span`` for a run: mlm's head and loss, masking spans of whole words; ConfigError
+    when the tokenizer gives no words."""
+    require_word_boundaries("span", context)
     cdf = span_length_cdf(options.p, options.max_span)  # once, not per batch
 
     def mask(batch: Batch, generator: torch.Generator) -> Batch:

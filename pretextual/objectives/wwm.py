@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import torch
 
-from pretextual.errors import ConfigError
-from pretextual.objectives.masking import WHOLE_WORDS, mask_spans
-from pretextual.objectives.mlm import MLMHead, MLMOptions, check_masking_options, masked_lm_loss
+from pretextual.objectives.masking import WHOLE_WORDS, mask_spans, require_word_boundaries
+from pretextual.objectives.mlm import MLMHead, MLMOptions, masked_lm_loss
 from pretextual.plugins.api import Batch, BuildContext, Objective, ObjectiveSpec
 from pretextual.plugins.hookspecs import hookimpl
 
 
 def build(options: MLMOptions, context: BuildContext) -> Objective:
-    check_masking_options("wwm", options)
-    if not context.has_word_boundaries:
-        raise ConfigError("objectives.wwm: the tokenizer has no word information (it has no "
-                          "pre-tokenizer), so whole words cannot be found; use objectives.mlm or "
-                          "a tokenizer with a pre-tokenizer")
+    """``wwm`` for a run: mlm's head and loss, masking whole words; ConfigError when the
+    tokenizer gives no words."""
+    require_word_boundaries("wwm", context)
 
     def mask(batch: Batch, generator: torch.Generator) -> Batch:
         return mask_spans(batch, context.vocab, options.mask_prob, WHOLE_WORDS,

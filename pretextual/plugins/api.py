@@ -79,7 +79,9 @@ class Documents(Protocol):
 
     def __len__(self) -> int: ...
 
-    def num_sentences(self, doc: int) -> int: ...
+    def num_sentences(self, doc: int) -> int:
+        """How many sentences document ``doc`` holds."""
+        ...
 
     def sentence(self, doc: int, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(token ids, word-start flags) of one sentence."""
@@ -139,6 +141,12 @@ class ObjectiveSpec:
     the config keys ``objectives.<name>.<field>``; the core adds ``weight`` and
     the weight-schedule keys itself. ``build(options, context)`` returns the
     :class:`Objective`; it may raise ``pretextual.ConfigError`` for a bad option.
+
+    The options dataclass may also define ``check(self, name)``, raising
+    ``ConfigError`` for values no run could use. The core calls it when it checks
+    the config (``pretextual config``, and a run before it reads the corpus), so a
+    check that needs no tokenizer belongs there, not in ``build``, which runs only
+    once the corpus is tokenized.
     """
 
     name: str
@@ -167,6 +175,7 @@ class ExportedModel:
 
     @property
     def config(self) -> EncoderConfig:
+        """The encoder's sizes (``encoder.config``), from which config.json is written."""
         return self.encoder.config
 
 

@@ -54,7 +54,9 @@ def saved(trained, tmp_path):
 
 
 def train(corpus_file, cache_dir, out, *extra, steps=2, recipe="roberta"):
-    return ["train", recipe, *tiny_overrides(corpus_file, cache_dir, out, steps), *extra]
+    # Overwriting: even a run told to replace the saved one must leave it whole on bad input.
+    return ["train", recipe, *tiny_overrides(corpus_file, cache_dir, out, steps),
+            "trainer.overwrite_output_dir=true", *extra]
 
 
 @pytest.mark.parametrize("name, content, message", [
@@ -260,3 +262,17 @@ def test_a_checkpoint_of_another_model_size(saved, corpus_file, cache_dir, capsy
         f"model (")
     assert error.endswith("); check model.* and data.*")
     assert snapshot(out) == before
+
+
+def test_under_torchrun_a_config_error_is_printed_once_and_others_name_their_rank(
+        monkeypatch, capsys, tmp_path):
+    args = ("train", "roberta", "trainer.log_every=0")  # refused before any process group exists
+    monkeypatch.setenv("RANK", "1")
+    assert run(capsys, *args) == (2, "")
+    monkeypatch.setenv("RANK", "0")
+    assert run(capsys, *args) == (2, "pretextual: error: trainer.log_every must be positive, got 0")
+    # Not a config error: it may be this process's alone, so it is not left unsaid.
+    monkeypatch.setenv("RANK", "1")
+    missing = tmp_path / "no-run"
+    assert run(capsys, "export", str(missing), "--out", str(tmp_path / "out")) == (
+        2, f"pretextual: error: [rank 1] {missing}: no such run directory or checkpoint")

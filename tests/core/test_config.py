@@ -64,11 +64,41 @@ def test_yaml_file_and_delete_override(tmp_path):
     (["trainer.device=gpu"], r"trainer\.device: unknown device 'gpu'"),
     (["trainer.device=cuda:one"], r"trainer\.device: unknown device 'cuda:one'"),
     (["trainer.device='cuda:'"], r"trainer\.device: unknown device 'cuda:'"),
+    (["model.num_attention_heads=0"], r"^model\.num_attention_heads must be positive, got 0$"),
+    (["model.hidden_size=0"], r"^model\.hidden_size must be positive, got 0$"),
+    (["model.intermediate_size=0"], r"^model\.intermediate_size must be positive, got 0$"),
+    (["model.num_hidden_layers=0"], r"^model\.num_hidden_layers must be positive, got 0$"),
+    (["model.num_hidden_layers=-1"], r"^model\.num_hidden_layers must be positive, got -1$"),
+    (["model.hidden_dropout_prob=1.5"], r"^model\.hidden_dropout_prob must be in \[0, 1\), got 1\.5$"),
+    (["model.attention_probs_dropout_prob=-0.1"],
+     r"^model\.attention_probs_dropout_prob must be in \[0, 1\), got -0\.1$"),
+    (["model.hidden_dropout_prob=nan"], r"^model\.hidden_dropout_prob must be in \[0, 1\), got nan$"),
+    (["trainer.adam_beta1=1.5"], r"^trainer\.adam_beta1 must be in \[0, 1\), got 1\.5$"),
+    (["trainer.adam_beta2=1.0"], r"^trainer\.adam_beta2 must be in \[0, 1\), got 1\.0$"),
+    (["trainer.adam_eps=-1"], r"^trainer\.adam_eps must be positive, got -1\.0$"),
+    (["trainer.adam_eps=0"], r"^trainer\.adam_eps must be positive, got 0\.0$"),
+    (["trainer.lr=nan"], r"^trainer\.lr must not be negative, got nan$"),
+    (["model.num_attention_heads=3"],  # mini: hidden 256
+     r"^model\.hidden_size \(256, from model\.preset=mini\) must be a multiple of "
+     r"model\.num_attention_heads \(3\)$"),
+    (["model.preset=tiny", "model.hidden_size=100", "model.num_attention_heads=3"],
+     r"^model\.hidden_size \(100\) must be a multiple of model\.num_attention_heads \(3\)$"),
+    (["model.preset=base", "model.hidden_size=100"],  # base: 12 heads
+     r"^model\.hidden_size \(100\) must be a multiple of model\.num_attention_heads "
+     r"\(12, from model\.preset=base\)$"),
 ])
 def test_bad_config_is_one_clear_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_config("roberta", overrides)
     assert "\n" not in str(info.value)
+
+
+def test_limits_leave_legitimate_values_alone():
+    cfg = load_config("roberta", ["model.preset=tiny", "model.hidden_size=96", "model.num_hidden_layers=1",
+                                  "model.hidden_dropout_prob=0", "model.attention_probs_dropout_prob=0",
+                                  "trainer.adam_beta1=0", "trainer.adam_beta2=0.999", "trainer.adam_eps=1e-12",
+                                  "trainer.lr=0"])
+    assert (cfg.model.hidden_size, cfg.model.num_attention_heads, cfg.model.intermediate_size) == (96, None, None)
 
 
 def test_cuda_without_cuda_is_one_clear_line_when_a_run_starts(monkeypatch):
@@ -120,6 +150,22 @@ def test_cli_reports_errors_in_one_line(capsys):
     assert main(["config", "roberta", "trainer.max_step=3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("pretextual: error: trainer.max_step")
+
+
+@pytest.mark.parametrize("recipe, override, message", [
+    ("roberta", "objectives.mlmm.weight=1", "objectives.mlmm: no plugin registers an objective named 'mlmm'"),
+    ("roberta", "objectives.mlm.mask_prob=1.5", "objectives.mlm.mask_prob must be in (0, 1), got 1.5"),
+    ("roberta", "objectives.mlm.schedule=cosine", "objectives.mlm.schedule: unknown schedule 'cosine' "
+                                                  "(known: constant, linear, step)"),
+    ("roberta", "objectives.mlm.weight=0", "objectives: every weight is zero"),
+    ("spanbert", "objectives.span.max_span=0", "objectives.span.max_span must be at least 1, got 0"),
+    ("bert", "objectives.nsp.random_next_prob=2", "objectives.nsp.random_next_prob must be in [0, 1], got 2.0"),
+])
+def test_cli_config_refuses_what_train_refuses(capsys, recipe, override, message):
+    assert main(["config", recipe, override]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1 and err[0].startswith(f"pretextual: error: {message}")
 
 
 def test_cli_prints_resolved_config(capsys):

@@ -11,6 +11,7 @@ from objective_corpora import context_for, generated_documents, segments, synthe
 from pretextual.core.corpus import Document
 from pretextual.core.data import TokenizedDocuments, collate
 from pretextual.core.encoder import BertModel, EncoderOutput
+from pretextual.core.mix import check_objectives
 from pretextual.errors import ConfigError, DataError
 from pretextual.plugins.api import StepInputs
 
@@ -181,6 +182,7 @@ def test_single_sentence_documents_still_serve_as_random_next_segments(plugins, 
     assert example["next_sentence_label"] == 1
 
 
-def test_bad_probability_names_the_key(plugins, wordpiece):
-    with pytest.raises(ConfigError, match=r"objectives\.nsp\.random_next_prob must be in \[0, 1\], got 1\.5"):
-        build_nsp(plugins, context_for(wordpiece), random_next_prob=1.5)
+@pytest.mark.parametrize("key, value", [("random_next_prob", 1.5), ("short_seq_prob", -0.1)])
+def test_bad_probability_names_the_key(plugins, key, value):
+    with pytest.raises(ConfigError, match=rf"objectives\.nsp\.{key} must be in \[0, 1\], got {value}"):
+        check_objectives({"nsp": {key: value}}, plugins)

@@ -7,6 +7,7 @@ import torch
 from objective_corpora import context_for, generated_documents, segments, synthetic_corpus
 from pretextual.core.data import TokenizedDocuments
 from pretextual.core.encoder import BertModel, EncoderOutput
+from pretextual.core.mix import check_objectives
 from pretextual.errors import ConfigError, DataError
 from pretextual.plugins.api import StepInputs
 
@@ -99,6 +100,7 @@ def test_loss_reads_its_own_head_and_label(plugins, wordpiece):
     assert out.metrics["accuracy"].item() == 1.0
 
 
-def test_bad_probability_names_the_key(plugins, wordpiece):
-    with pytest.raises(ConfigError, match=r"objectives\.sop\.swap_prob must be in \[0, 1\], got -0\.1"):
-        build_sop(plugins, context_for(wordpiece), swap_prob=-0.1)
+@pytest.mark.parametrize("key, value", [("swap_prob", -0.1), ("short_seq_prob", 1.5)])
+def test_bad_probability_names_the_key(plugins, key, value):
+    with pytest.raises(ConfigError, match=rf"objectives\.sop\.{key} must be in \[0, 1\], got {value}"):
+        check_objectives({"sop": {key: value}}, plugins)

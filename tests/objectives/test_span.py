@@ -2,15 +2,32 @@
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
+from numba import njit
 
 from objective_corpora import changes_only_at, collate_rows, context_for, mask_corpus
 from pretextual.core.data import TokenizedDocuments
+from pretextual.core.mix import check_objectives
 from pretextual.core.tokenizer import vocab_of
 from pretextual.errors import ConfigError
-from pretextual.objectives.masking import sample_span_lengths
+from pretextual.objectives.masking import span_length
 from pretextual.objectives.span import span_length_cdf
+
+
+@njit
+def _draw_span_lengths(seed, n, cdf):
+    np.random.seed(seed)
+    lengths = np.empty(n, np.int64)
+    for i in range(n):
+        lengths[i] = span_length(cdf)
+    return lengths
+
+
+def sample_span_lengths(n: int, cdf: np.ndarray, seed: int) -> torch.Tensor:
+    """``n`` lengths drawn by masking.span_length, the draw of mask_spans (int64, shape [n])."""
+    return torch.from_numpy(_draw_span_lengths(seed, n, cdf))
 
 
 def truncated_geometric(p: float, max_span: int) -> list[float]:
@@ -22,7 +39,7 @@ def truncated_geometric(p: float, max_span: int) -> list[float]:
 @pytest.mark.parametrize("p, max_span", [(0.2, 10), (0.5, 3), (0.05, 20)])
 def test_span_lengths_follow_the_truncated_geometric(p, max_span):
     cdf = span_length_cdf(p, max_span)
-    lengths = sample_span_lengths(200_000, cdf, torch.Generator().manual_seed(0))
+    lengths = sample_span_lengths(200_000, cdf, seed=0)
     probs = truncated_geometric(p, max_span)
     mean = sum(k * q for k, q in zip(range(1, max_span + 1), probs))
     assert lengths.min() >= 1 and lengths.max() <= max_span
@@ -33,12 +50,12 @@ def test_span_lengths_follow_the_truncated_geometric(p, max_span):
 
 def test_spanbert_defaults_give_the_papers_mean_length():
     cdf = span_length_cdf(0.2, 10)
-    lengths = sample_span_lengths(200_000, cdf, torch.Generator().manual_seed(1))
+    lengths = sample_span_lengths(200_000, cdf, seed=1)
     assert abs(lengths.double().mean().item() - 3.8) < 0.05  # SpanBERT reports a mean of 3.8 words
 
 
 def test_p_of_one_gives_single_words():
-    lengths = sample_span_lengths(1000, span_length_cdf(1.0, 10), torch.Generator().manual_seed(0))
+    lengths = sample_span_lengths(1000, span_length_cdf(1.0, 10), seed=0)
     assert torch.equal(lengths, torch.ones(1000, dtype=lengths.dtype))
 
 
@@ -108,10 +125,9 @@ def test_every_row_with_an_ordinary_piece_gets_a_span(plugins, wordpiece):
     ({"max_span": 0}, r"objectives\.span\.max_span must be at least 1, got 0"),
     ({"mask_prob": 0.0}, r"objectives\.span\.mask_prob must be in \(0, 1\)"),
 ])
-def test_bad_options_name_the_key(plugins, wordpiece, options, message):
-    spec = plugins.objective("span")
+def test_bad_options_name_the_key(plugins, options, message):
     with pytest.raises(ConfigError, match=message):
-        spec.build(spec.options(**options), context_for(wordpiece))
+        check_objectives({"span": options}, plugins)
 
 
 def test_a_tokenizer_without_words_is_refused(plugins, wordpiece):

@@ -6,6 +6,7 @@ from tokenizers import Tokenizer, models, trainers
 
 from objective_corpora import changes_only_at, collate_rows, context_for, mask_corpus, texts
 from pretextual.core.data import TokenizedDocuments
+from pretextual.core.mix import check_objectives
 from pretextual.core.tokenizer import SPECIAL_TOKENS, vocab_of
 from pretextual.errors import ConfigError
 
@@ -103,7 +104,6 @@ def test_a_tokenizer_without_words_is_refused(plugins, documents):
         spec.build(spec.options(), context_for(tokenizer))
 
 
-def test_bad_masking_options_name_the_key(plugins, wordpiece):
-    spec = plugins.objective("wwm")
+def test_bad_masking_options_name_the_key(plugins):
     with pytest.raises(ConfigError, match=r"objectives\.wwm\.mask_prob must be in \(0, 1\)"):
-        spec.build(spec.options(mask_prob=1.5), context_for(wordpiece))
+        check_objectives({"wwm": {"mask_prob": 1.5}}, plugins)

@@ -102,6 +102,19 @@ def test_a_broken_plugin_is_named_and_skipped_and_the_program_works(dist, fake_p
     assert capsys.readouterr().err == f"pretextual: error: plugin '{name}' (package {dist} 0.1) {problem}\n"
 
 
+@pytest.mark.parametrize("argv", [["--strict-plugins", "train"], ["train", "--strict-plugins"],
+                                  ["config", "--strict-plugins"], ["plugins", "--strict-plugins"]])
+def test_strict_plugins_goes_before_or_after_the_subcommand(argv, fake_plugin, tmp_path, capsys):
+    source, problem = BROKEN["import-error"]
+    name = fake_plugin("import-error", source)
+    # Were the flag lost, train would stop at the missing corpus with another error.
+    overrides = [f"data.corpus={tmp_path / 'missing.txt'}", f"trainer.output_dir={tmp_path / 'run'}"]
+    capsys.readouterr()
+    assert main(argv + ([] if "plugins" in argv else overrides)) == 2
+    assert capsys.readouterr().err == \
+        f"pretextual: error: plugin '{name}' (package import-error 0.1) {problem}\n"
+
+
 class Failing:
     """Raises in pretextual_on_step_end from step ``at`` on."""
 
