@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -39,3 +40,13 @@ def tiny_overrides(corpus: Path, cache: Path, out: Path, steps: int = 5) -> list
             "data.batch_size=8", f"trainer.max_steps={steps}", "trainer.warmup_steps=2",
             "trainer.eval_every=0", "trainer.eval_batches=2", f"trainer.checkpoint_every={steps}",
             "trainer.progress=false", "trainer.export=", "trainer.plot=false"]
+
+
+def swapped_tokenizer(text: str) -> str:
+    """A tokenizer JSON with the ids of its last two vocabulary entries swapped: the same
+    size, another tokenizer."""
+    data = json.loads(text)
+    vocab = data["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[-2:]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    return json.dumps(data)

@@ -3,7 +3,10 @@
 When the ``tensorboard`` package is installed, every metrics.jsonl line (steps and
 evaluations) also goes to ``torch.utils.tensorboard.SummaryWriter`` in
 ``<run dir>/tensorboard/``, one scalar per key at the line's step; the writer is flushed
-at each checkpoint and closed at the last one. Without tensorboard these hooks do nothing.
+at each checkpoint and closed at the last one. A run's writer purges the events an
+earlier run (or the part of a resumed one after its checkpoint) logged from its first
+step on, so TensorBoard shows only this run's curve. Without tensorboard these hooks do
+nothing.
 View with ``tensorboard --logdir runs``.
 """
 
@@ -20,22 +23,22 @@ AVAILABLE = importlib.util.find_spec("tensorboard") is not None
 _writers: dict[Path, Any] = {}  # one open writer per run directory
 
 
-def _open_writer(path: Path):
+def _open_writer(path: Path, first_step: int):
     from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when used
-    return SummaryWriter(log_dir=str(path))
+    return SummaryWriter(log_dir=str(path), purge_step=first_step)
 
 
-def _writer(trainer) -> Any:
+def _writer(trainer, step: int) -> Any:
     path = Path(trainer.out) / LOG_DIR
     if path not in _writers:
-        _writers[path] = _open_writer(path)
+        _writers[path] = _open_writer(path, step)
     return _writers[path]
 
 
 def _add_scalars(step: int, metrics: dict, trainer) -> None:
     if not AVAILABLE:
         return
-    writer = _writer(trainer)
+    writer = _writer(trainer, step)
     for key, value in metrics.items():
         if key != "step" and isinstance(value, (int, float)):
             writer.add_scalar(key, value, global_step=step)

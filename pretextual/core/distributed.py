@@ -70,6 +70,7 @@ def mean_over_ranks(values: dict[str, torch.Tensor], world: World, device: torch
 
 
 def sum_over_ranks(value: int, world: World, device: torch.device) -> int:
+    """The sum of an integer over processes (one all-reduce), on every process."""
     if not world.enabled:
         return value
     t = torch.tensor(value, dtype=torch.int64, device=device)
@@ -84,6 +85,15 @@ def any_over_ranks(flag: bool, world: World, device: torch.device) -> bool:
     t = torch.tensor(int(flag), device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t)
+
+
+def broadcast_text(text: str | None, world: World, device: torch.device) -> str:
+    """The main process's ``text`` on every process (the others pass None)."""
+    if not world.enabled:
+        return text
+    box = [text]
+    dist.broadcast_object_list(box, src=0, device=device)  # nccl: through this process's GPU
+    return box[0]
 
 
 def gather_rng_states(world: World, device: torch.device) -> list[torch.Tensor]:
@@ -108,10 +118,12 @@ def set_rng_state(state: torch.Tensor, device: torch.device) -> None:
 
 
 def barrier(world: World) -> None:
+    """Wait until every process gets here (nothing without torchrun)."""
     if world.enabled:
         dist.barrier()
 
 
 def shutdown(world: World) -> None:
+    """Leave the process group at the end of a run (nothing without torchrun)."""
     if world.enabled and dist.is_initialized():
         dist.destroy_process_group()

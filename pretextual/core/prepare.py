@@ -38,7 +38,8 @@ from pretextual.core.corpus import (EMBEDDED, Document, corpus_files, corpus_fin
                                     document_boundary, embedded_corpus, iter_documents, read_corpus)
 from pretextual.core.data import Shard, TokenizedDocuments
 from pretextual.core.files import atomic_path
-from pretextual.core.tokenizer import load_tokenizer, train_wordpiece
+from pretextual.core.tokenizer import (load_tokenizer, read_tokenizer, tokenizer_sha256,
+                                       train_wordpiece, vocab_of)
 from pretextual.errors import DataError
 
 CACHE_FORMAT = 1
@@ -71,22 +72,28 @@ def _write_error(path: Path, exc: OSError) -> DataError:
                      f"run prepare again to resume")
 
 
-def tokenized_corpus(data_cfg, log=print) -> tuple[Tokenizer, TokenizedDocuments]:
+def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None
+                     ) -> tuple[Tokenizer, TokenizedDocuments]:
     """The run's tokenizer and tokenized documents: memory-mapped from data.prepared
-    when it is set, else from the cache when present, else read and tokenized."""
+    when it is set, else from the cache when present, else read and tokenized.
+    ``tokenizer``: the one the text must be tokenized with (a resumed run's, the main
+    process's), instead of data.tokenizer or a trained one; the cache serves only when it
+    holds that one. data.prepared comes with its own tokenizer, returned as it is."""
     if data_cfg.prepared:
         return open_prepared(data_cfg.prepared, data_cfg.tokenizer, log)
     cache = Path(os.path.expanduser(data_cfg.cache_dir)) / _cache_key(data_cfg)
     tokenizer_file, tokens_file = cache / "tokenizer.json", cache / "tokens.safetensors"
     if tokenizer_file.is_file() and tokens_file.is_file():
         try:
-            return Tokenizer.from_file(str(tokenizer_file)), TokenizedDocuments.load(tokens_file)
+            cached = Tokenizer.from_file(str(tokenizer_file))
+            if tokenizer is None or cached.to_str() == tokenizer.to_str():
+                return cached, TokenizedDocuments.load(tokens_file)
         except Exception as exc:  # a damaged cache is rebuilt, never trusted
             print(f"pretextual: warning: rebuilding damaged cache {cache}: {exc}", file=sys.stderr)
     docs = read_corpus(data_cfg.corpus, data_cfg.text_field)
-    if data_cfg.tokenizer:
+    if tokenizer is None and data_cfg.tokenizer:
         tokenizer = load_tokenizer(data_cfg.tokenizer)
-    else:
+    elif tokenizer is None:
         log(f"training a WordPiece tokenizer (vocab {data_cfg.vocab_size}) on {len(docs)} documents")
         tokenizer = train_wordpiece((s for d in docs for s in d.sentences), data_cfg.vocab_size,
                                     data_cfg.lowercase)
@@ -322,9 +329,9 @@ def prepare_corpus(corpus: str, out: str | Path, data_cfg, workers: int | None =
     _start_fresh(out, set(names))
     tokenizer = _prepared_tokenizer(out, corpus, data_cfg, int(sample_mb * MB), log)
     ids_dtype = "uint16" if tokenizer.get_vocab_size() <= 1 << 16 else "int32"
-    tokenizer_sha256 = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
+    sha256 = tokenizer_sha256(tokenizer)
     jobs = [{"format": PREPARED_FORMAT, "name": name, "pieces": pieces, "ids_dtype": ids_dtype,
-             "text_field": data_cfg.text_field, "tokenizer_sha256": tokenizer_sha256}
+             "text_field": data_cfg.text_field, "tokenizer_sha256": sha256}
             for name, pieces in zip(names, chunks)]
     finished = {job["name"]: _finished_shard(out, job) for job in jobs}
     pending = [job for job in jobs if finished[job["name"]] is None]
@@ -333,7 +340,7 @@ def prepare_corpus(corpus: str, out: str | Path, data_cfg, workers: int | None =
             f"tokenizing the other {len(pending)}")
     for sidecar in _run_jobs(out, pending, min(workers or _default_workers(), len(pending)), log):
         finished[sidecar["name"]] = sidecar
-    manifest = _manifest(corpus, data_cfg, tokenizer, tokenizer_sha256,
+    manifest = _manifest(corpus, data_cfg, tokenizer, sha256,
                          [finished[job["name"]] for job in jobs])
     if manifest["documents"] == 0:
         raise DataError(f"data.corpus: {corpus} holds no text")
@@ -346,13 +353,13 @@ def prepare_corpus(corpus: str, out: str | Path, data_cfg, workers: int | None =
     return manifest
 
 
-def _manifest(corpus: str, data_cfg, tokenizer: Tokenizer, tokenizer_sha256: str,
+def _manifest(corpus: str, data_cfg, tokenizer: Tokenizer, sha256: str,
               sidecars: list[dict]) -> dict:
     shards = [{k: v for k, v in s.items() if k != "job"} for s in sidecars]
     counts = {key: sum(s[key] for s in shards)
               for key in ("documents", "sentences", "tokens", "text_bytes")}
     return {"format": PREPARED_FORMAT, "corpus": corpus, "text_field": data_cfg.text_field,
-            "tokenizer": TOKENIZER_FILE, "tokenizer_sha256": tokenizer_sha256,
+            "tokenizer": TOKENIZER_FILE, "tokenizer_sha256": sha256,
             "vocab_size": tokenizer.get_vocab_size(), **counts, "shards": shards}
 
 
@@ -409,10 +416,11 @@ def open_prepared(directory: str | Path, tokenizer: str | None = None, log=print
     if not tokenizer_file.is_file():
         raise DataError(f"{tokenizer_file}: missing (listed in {MANIFEST}); run pretextual "
                         f"prepare again")
-    prepared = load_tokenizer(tokenizer_file)
-    if hashlib.sha256(prepared.to_str().encode()).hexdigest() != manifest["tokenizer_sha256"]:
+    prepared = read_tokenizer(tokenizer_file)
+    if tokenizer_sha256(prepared) != manifest["tokenizer_sha256"]:
         raise DataError(f"{tokenizer_file}: changed since prepare (its sha256 differs from "
                         f"{MANIFEST}); run pretextual prepare again")
+    vocab_of(prepared, str(tokenizer_file))
     if tokenizer and load_tokenizer(tokenizer).to_str() != prepared.to_str():
         raise DataError(f"data.tokenizer: {tokenizer} is not the tokenizer {directory} was "
                         f"prepared with ({tokenizer_file}); unset data.tokenizer")

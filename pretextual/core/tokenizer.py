@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Iterable
 
@@ -33,15 +34,29 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, lowercase: bool = Tru
     return tokenizer
 
 
+def read_tokenizer(path: str | Path) -> Tokenizer:
+    """A tokenizer.json as it is; DataError naming the file when it cannot be read."""
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for a missing or bad file
+        raise DataError(f"{path}: not a tokenizers JSON file ({exc})") from None
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Load a tokenizer.json, with a one-line error naming the file."""
+    """data.tokenizer: a tokenizer.json that has every special token a run needs
+    (:func:`vocab_of`), with a one-line error naming the file."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data.tokenizer: no such file: {path}")
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as exc:
-        raise DataError(f"data.tokenizer: {path} is not a tokenizers JSON file ({exc})") from None
+    tokenizer = read_tokenizer(path)
+    vocab_of(tokenizer, f"data.tokenizer: {path}")
+    return tokenizer
+
+
+def tokenizer_sha256(tokenizer: Tokenizer) -> str:
+    """The sha256 of the tokenizer's JSON: what identifies a run's tokenizer (a tokenizer
+    trained again on the same text may differ, see docs/getting-started.md)."""
+    return hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
 
 
 def vocab_of(tokenizer: Tokenizer, source: str = "tokenizer") -> Vocab:

@@ -7,27 +7,31 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from tokenizers import Tokenizer
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
 from tqdm import tqdm
 
 import pretextual
-from pretextual.core.checkpoint import latest_checkpoint, remove_partial_checkpoints, save_checkpoint
-from pretextual.core.config import to_yaml
+from pretextual.core.checkpoint import (latest_checkpoint, list_checkpoints,
+                                        remove_partial_checkpoints, save_checkpoint)
+from pretextual.core.config import MODEL_SIZES, to_yaml
 from pretextual.core.data import Batches, full_sentences, split_documents
 from pretextual.core import distributed as dist_utils
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
 from pretextual.core.fastpath import keep_freed_memory
-from pretextual.core.mix import ObjectiveMix, PretrainingModel
+from pretextual.core.mix import ObjectiveMix, PretrainingModel, check_objectives
 from pretextual.core.prepare import tokenized_corpus
-from pretextual.core.tokenizer import has_word_boundaries, vocab_of
+from pretextual.core.tokenizer import (has_word_boundaries, read_tokenizer, tokenizer_sha256,
+                                       vocab_of)
 from pretextual.errors import CheckpointError, ConfigError, DataError, TrainingError
 from pretextual.plugins.api import BuildContext
 from pretextual.plugins.manager import Plugins
@@ -36,23 +40,23 @@ EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed stream
 # Full (unsharded) state on the CPU: checkpoints do not depend on how the model was split.
 # Not strict: a parameter no objective uses (the pooler under MLM alone) has no optimizer state.
 FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True, strict=False)
+TOKENIZER_FILE = "tokenizer.json"
+# What the trainer writes in a run directory and a fresh run there starts without
+# (the tensorboard plugin hides an earlier run's events itself).
+RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "export")
 
 
 def encoder_config(cfg: DictConfig, vocab_size: int, pad_token_id: int) -> EncoderConfig:
     """The encoder's sizes: the preset, with any model.* key that is set overriding it."""
     m = cfg.model
-    overrides = {k: m[k] for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
-                                   "intermediate_size") if m[k] is not None}
+    overrides = {k: m[k] for k in MODEL_SIZES if m[k] is not None}
     if m.hidden_size is not None and m.intermediate_size is None:
         overrides["intermediate_size"] = 4 * m.hidden_size
-    config = preset_config(m.preset, vocab_size=vocab_size, pad_token_id=pad_token_id,
-                           hidden_dropout_prob=m.hidden_dropout_prob,
-                           attention_probs_dropout_prob=m.attention_probs_dropout_prob,
-                           max_position_embeddings=m.max_position_embeddings, **overrides)
-    if config.hidden_size % config.num_attention_heads:
-        raise ConfigError(f"model.hidden_size ({config.hidden_size}) must be a multiple of "
-                          f"model.num_attention_heads ({config.num_attention_heads})")
-    return config
+    # The sizes were checked by config.validate (positive, hidden a multiple of heads).
+    return preset_config(m.preset, vocab_size=vocab_size, pad_token_id=pad_token_id,
+                         hidden_dropout_prob=m.hidden_dropout_prob,
+                         attention_probs_dropout_prob=m.attention_probs_dropout_prob,
+                         max_position_embeddings=m.max_position_embeddings, **overrides)
 
 
 def _decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -73,6 +77,20 @@ def _check_output_dir(out: Path) -> None:
             if not os.access(part, os.W_OK | os.X_OK):
                 raise ConfigError(f"trainer.output_dir={out}: {part} is not writable")
             return
+
+
+def _resumed_tokenizer(out: Path) -> Tokenizer | None:
+    """The tokenizer of the run to resume in ``out`` (its tokenizer.json), or None when
+    it has no checkpoint (the run then starts from scratch)."""
+    if not list_checkpoints(out / "checkpoints"):
+        return None
+    file = out / TOKENIZER_FILE
+    if not file.is_file():
+        raise CheckpointError(f"{file}: missing; a run resumes with the tokenizer it was "
+                              f"trained with")
+    tokenizer = read_tokenizer(file)
+    vocab_of(tokenizer, str(file))  # DataError naming the file when a special token is missing
+    return tokenizer
 
 
 def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
@@ -108,9 +126,14 @@ class _MixForward(torch.nn.Module):
 
 
 class Trainer:
-    """One training run, set up from a resolved config."""
+    """One training run, set up from a resolved config.
 
-    def __init__(self, cfg: DictConfig, plugins: Plugins | None = None, log=print):
+    ``resume``: continue the run in trainer.output_dir from its newest checkpoint, with
+    the tokenizer it was trained with. Without it a directory holding checkpoints is an
+    error, unless trainer.overwrite_output_dir is set (they are then deleted)."""
+
+    def __init__(self, cfg: DictConfig, plugins: Plugins | None = None, log=print,
+                 resume: bool = False):
         self.cfg = cfg
         self.device = dist_utils.device_for(cfg.trainer.device)
         if self.device.type == "cpu":
@@ -122,20 +145,17 @@ class Trainer:
         # Checked before any tokenizing or training, so a typo does not cost the run.
         _check_output_dir(self.out)
         self.export_formats = _export_formats(cfg.trainer.export, self.plugins)
+        check_objectives(cfg.objectives, self.plugins)
+        self.resuming = resume
+        if not resume:
+            self._check_fresh_run_dir()
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
-
-        # The main process tokenizes (and trains the tokenizer, whose ties tokenizers breaks
-        # differently in each process) and fills the cache; the others then read it.
-        if not self.world.is_main:
-            dist_utils.barrier(self.world)
-        self.tokenizer, docs = tokenized_corpus(cfg.data, log=self.log)
-        if self.world.is_main:
-            dist_utils.barrier(self.world)
+        self.tokenizer, docs = self._tokenized_corpus()
         too_long = docs.sentences_longer_than(cfg.data.max_seq_length - 2)
         if too_long:
             self.log(f"note: {too_long} sentences of {cfg.data.prepared or cfg.data.corpus} are longer "
                      f"than data.max_seq_length={cfg.data.max_seq_length} tokens; they are split into pieces")
-        self.vocab = vocab_of(self.tokenizer)
+        self.vocab = vocab_of(self.tokenizer)  # every tokenizer read from a file was checked there
         self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
                                has_word_boundaries(self.tokenizer))
@@ -189,6 +209,39 @@ class Trainer:
             return (step + 1) / t.warmup_steps
         return max(0.0, (t.max_steps - step) / max(1, t.max_steps - t.warmup_steps))
 
+    def _check_fresh_run_dir(self) -> None:
+        """A new run must not mix with the checkpoints of an earlier one (rotation would
+        keep theirs and delete its own): ConfigError unless trainer.overwrite_output_dir."""
+        earlier = list_checkpoints(self.out / "checkpoints")
+        if dist_utils.any_over_ranks(bool(earlier), self.world, self.device) \
+                and not self.cfg.trainer.overwrite_output_dir:
+            newest = f" (newest {earlier[-1].name})" if earlier else ""
+            raise ConfigError(f"trainer.output_dir={self.out}: holds the checkpoints of an earlier "
+                              f"run{newest}; continue it with --resume, or set "
+                              f"trainer.overwrite_output_dir=true to delete them and start afresh")
+
+    def _tokenized_corpus(self):
+        """The run's tokenizer and documents. The main process tokenizes (training the
+        tokenizer, whose ties tokenizers breaks differently in each process, unless the run
+        resumes with its own) and fills the cache; the others tokenize with its tokenizer,
+        from the cache when it holds that one."""
+        cfg, main = self.cfg, self.world.is_main
+        required, source = None, ""
+        if main and self.resuming:
+            required, source = _resumed_tokenizer(self.out), f"{self.out / TOKENIZER_FILE}"
+        if main:
+            tokenizer, docs = tokenized_corpus(cfg.data, log=self.log, tokenizer=required)
+        text = dist_utils.broadcast_text(tokenizer.to_str() if main else None, self.world,
+                                          self.device)
+        if not main:
+            required, source = Tokenizer.from_str(text), "the main process's"
+            tokenizer, docs = tokenized_corpus(cfg.data, log=self.log, tokenizer=required)
+        if required is not None and tokenizer_sha256(tokenizer) != tokenizer_sha256(required):
+            # only a prepared corpus comes with a tokenizer of its own
+            raise DataError(f"data.prepared: {cfg.data.prepared} was prepared with another "
+                            f"tokenizer than {source}")
+        return tokenizer, docs
+
     @property
     def global_batch_size(self) -> int:
         """Examples per optimizer step: micro-batch x world size x accumulation steps."""
@@ -202,6 +255,7 @@ class Trainer:
                 "objectives": self.mix.names, "heads": sorted(self.mix.heads),
                 "scheduler_last_epoch": self.scheduler.last_epoch,
                 "world_size": self.world.world_size,
+                "tokenizer_sha256": tokenizer_sha256(self.tokenizer),
                 "config": OmegaConf.to_container(self.cfg)}
 
     def save(self) -> Path:
@@ -228,6 +282,10 @@ class Trainer:
         if ckpt.meta["encoder_config"] != self.encoder_config.to_dict():
             raise CheckpointError(f"{ckpt.path}: was written for a different model "
                                   f"({ckpt.meta['encoder_config']}); check model.* and data.*")
+        if ckpt.meta.get("tokenizer_sha256", tokenizer_sha256(self.tokenizer)) \
+                != tokenizer_sha256(self.tokenizer):
+            raise CheckpointError(f"{ckpt.path}: was trained with another tokenizer than "
+                                  f"{self.out / TOKENIZER_FILE}")
         state = ckpt.model_state()
         expected = set(get_model_state_dict(self.model).keys())
         if set(state) != expected:
@@ -286,12 +344,17 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"trainer.output_dir={self.out}: cannot create it ({exc.strerror})") from None
+        if not resumed:  # what an earlier run left (checked by _check_fresh_run_dir)
+            for name in RUN_OUTPUTS:
+                path = self.out / name
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.exists():
+                    path.unlink()
         (self.out / "config.yaml").write_text(to_yaml(self.cfg))
-        (self.out / "tokenizer.json").write_text(self.tokenizer.to_str())
+        (self.out / TOKENIZER_FILE).write_text(self.tokenizer.to_str())
         metrics = self.out / "metrics.jsonl"
-        if not resumed and metrics.exists():
-            metrics.unlink()
-        elif resumed and metrics.exists():  # drop lines logged after the checkpoint we resume from
+        if resumed and metrics.exists():  # drop lines logged after the checkpoint we resume from
             lines = [l for l in metrics.read_text().splitlines()
                      if json.loads(l).get("step", 0) <= self.step]
             metrics.write_text("".join(l + "\n" for l in lines))
@@ -338,11 +401,11 @@ class Trainer:
                 logs_sum[key] = logs_sum.get(key, 0.0) + value / accum
         return logs_sum, tokens
 
-    def train(self, resume: bool = False) -> dict[str, float]:
+    def train(self) -> dict[str, float]:
         """Train to trainer.max_steps; returns the last evaluation's metrics."""
         t = self.cfg.trainer
-        resumed = self.resume() if resume else False
-        if resume and not resumed:
+        resumed = self.resume() if self.resuming else False
+        if self.resuming and not resumed:
             self.log(f"no checkpoint in {self.out / 'checkpoints'}; starting from scratch")
         self._start_run_dir(resumed)
         weights = ", ".join(f"{n} (weight {w:g})" for n, w in self.mix.weights(self.step).items())

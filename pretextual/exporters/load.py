@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from tokenizers import Tokenizer
 
+from pretextual.core.tokenizer import read_tokenizer
 from pretextual.errors import CheckpointError
 from pretextual.exporters.hf import ENCODER_PREFIX, HF_HEADS, encoder_config_from_json
 from pretextual.exporters.source import TOKENIZER_FILE, build_encoder, read_tensors
@@ -48,10 +48,7 @@ def from_pretrained(path: str | Path) -> ExportedModel:
             heads.setdefault(name, {})[rest] = value
     encoder = build_encoder(config, encoder_state, model_file)
     tokenizer_file = path / TOKENIZER_FILE
-    try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    except Exception as exc:  # tokenizers raises a bare Exception for a missing or bad file
-        raise CheckpointError(f"{tokenizer_file}: not a tokenizers JSON file ({exc})") from None
+    tokenizer = read_tokenizer(tokenizer_file)
     with safe_open(str(model_file), "pt") as f:
         metadata = {k: v for k, v in (f.metadata() or {}).items() if k != "format"}
     metadata["heads"] = ",".join(sorted(heads))  # each file lists only its own

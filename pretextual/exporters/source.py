@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 import pretextual
 from pretextual.core.checkpoint import MODEL_FILE, STATE_FILE, Checkpoint, list_checkpoints, open_checkpoint
 from pretextual.core.encoder import BertModel, EncoderConfig
-from pretextual.core.tokenizer import vocab_of
+from pretextual.core.tokenizer import read_tokenizer, tokenizer_sha256, vocab_of
 from pretextual.errors import CheckpointError
 from pretextual.exporters.hf import with_post_processor
 from pretextual.plugins.api import ExportedModel
@@ -95,12 +95,14 @@ def _run_tokenizer(ckpt: Checkpoint, config: EncoderConfig) -> Tokenizer:
     if file is None:
         raise CheckpointError(f"{candidates[-1]}: missing (the run's tokenizer is exported "
                               f"with the model)")
-    try:
-        tokenizer = Tokenizer.from_file(str(file))
-    except Exception as exc:  # tokenizers raises a bare Exception for a bad file
-        raise CheckpointError(f"{file}: not a tokenizers JSON file ({exc})") from None
+    tokenizer = read_tokenizer(file)
     vocab_of(tokenizer, str(file))  # DataError naming the file when a special token is missing
     if tokenizer.get_vocab_size() != config.vocab_size:
         raise CheckpointError(f"{file}: has {tokenizer.get_vocab_size()} tokens but the checkpoint's "
                               f"encoder has {config.vocab_size}; it belongs to another run")
+    # Checkpoints record their tokenizer's sha256; one written without it is checked by size only.
+    trained_with = ckpt.meta.get("tokenizer_sha256")
+    if trained_with is not None and tokenizer_sha256(tokenizer) != trained_with:
+        raise CheckpointError(f"{file}: is not the tokenizer {ckpt.path} was trained with (its "
+                              f"sha256 differs from {STATE_FILE}'s); it belongs to another run")
     return with_post_processor(tokenizer)

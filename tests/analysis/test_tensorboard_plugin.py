@@ -25,10 +25,11 @@ class FakeWriter:
         self.closed = True
 
 
-def train_with_plugin(tiny_config, tmp_path):
+def train_with_plugin(tiny_config, tmp_path, *overrides, steps=4):
     plugins = Plugins()
     plugins.register(tensorboard, name="tensorboard")
-    cfg = tiny_config("roberta", "trainer.eval_every=2", "trainer.checkpoint_every=2", steps=4)
+    cfg = tiny_config("roberta", "trainer.eval_every=2", "trainer.checkpoint_every=2", *overrides,
+                      steps=steps)
     Trainer(cfg, plugins, log=lambda *_: None).train()
     return tmp_path / "run"
 
@@ -36,8 +37,8 @@ def train_with_plugin(tiny_config, tmp_path):
 def test_every_metrics_line_goes_to_the_writer(tiny_config, tmp_path, monkeypatch):
     writers = []
     monkeypatch.setattr(tensorboard, "AVAILABLE", True)
-    monkeypatch.setattr(tensorboard, "_open_writer", lambda path: writers.append(FakeWriter(path))
-                        or writers[-1])
+    monkeypatch.setattr(tensorboard, "_open_writer", lambda path, first_step: writers.append(
+        FakeWriter(path)) or writers[-1])
     run = train_with_plugin(tiny_config, tmp_path)
     (writer,) = writers
     assert writer.path == run / "tensorboard"
@@ -55,9 +56,12 @@ def test_without_tensorboard_nothing_is_written(tiny_config, tmp_path, monkeypat
 
 
 def test_tensorboard_reads_back_the_metrics(tiny_config, tmp_path):
+    """Of a run that replaced an earlier, longer one in its directory: the earlier run's
+    events are purged, so each curve is this run's alone."""
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    run = train_with_plugin(tiny_config, tmp_path)
+    train_with_plugin(tiny_config, tmp_path, "trainer.lr=1e-2", steps=6)
+    run = train_with_plugin(tiny_config, tmp_path, "trainer.overwrite_output_dir=true")
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     lines = read_lines(run)

@@ -229,3 +229,30 @@ def test_a_damaged_prepared_directory_is_one_clear_line_and_prepare_repairs_it(
     assert "\n" not in str(info.value)
     assert prepare(big_corpus, copy, "--tokenizer", str(tokenizer_file), "--workers", "1") == 0
     assert len(open_prepared(copy, log=lambda *_: None)[1]) == 3000
+
+
+def test_a_given_tokenizer_is_what_tokenizes_whatever_the_cache_holds(corpus_file, tmp_path):
+    """How a resumed run and the non-main processes of a torchrun get the run's tokenizer:
+    the cache serves only when it holds that tokenizer, and an unwritable cache does not
+    make a process train one of its own."""
+    from pretextual.core.config import load_config
+    from pretextual.core.prepare import tokenized_corpus
+    from run_helpers import swapped_tokenizer, tiny_overrides
+    from tokenizers import Tokenizer
+
+    data = load_config("roberta", tiny_overrides(corpus_file, tmp_path / "cache", tmp_path / "run")).data
+    trained, docs = tokenized_corpus(data, log=lambda *_: None)  # fills the cache
+    foreign = Tokenizer.from_str(swapped_tokenizer(trained.to_str()))
+    got, foreign_docs = tokenized_corpus(data, log=lambda *_: None, tokenizer=foreign)
+    assert got.to_str() == foreign.to_str()
+    expected = TokenizedDocuments.from_documents(read_corpus(str(corpus_file)), foreign)
+    assert np.array_equal(foreign_docs.ids, expected.ids)
+    assert not np.array_equal(foreign_docs.ids, docs.ids)
+
+    (tmp_path / "a-file").write_text("")
+    unwritable = load_config("roberta", tiny_overrides(corpus_file, tmp_path / "a-file" / "cache",
+                                                       tmp_path / "run")).data
+    messages = []
+    got, again = tokenized_corpus(unwritable, log=messages.append, tokenizer=trained)
+    assert got.to_str() == trained.to_str() and np.array_equal(again.ids, docs.ids)
+    assert not any("training a WordPiece tokenizer" in m for m in messages)

@@ -76,7 +76,7 @@ def test_resume_matches_an_uninterrupted_run(tiny_config, tmp_path):
     Trainer(cut, plugins, log=lambda *_: None).train()
     shutil.rmtree(tmp_path / "cut" / "checkpoints" / "step-0000005")
     messages = []
-    Trainer(cut, log=messages.append).train(resume=True)
+    Trainer(cut, log=messages.append, resume=True).train()
     assert any("resumed from" in m and "step-0000003" in m for m in messages)
     wa, wb = final_weights(tmp_path / "straight"), final_weights(tmp_path / "cut")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -99,7 +99,7 @@ def test_corrupt_latest_checkpoint_falls_back(tiny_config, tmp_path, capsys):
     latest = list_checkpoints(tmp_path / "run" / "checkpoints")[-1] / "model.safetensors"
     latest.write_bytes(latest.read_bytes()[:100])  # truncated
     messages = []
-    Trainer(cfg, log=messages.append).resume()
+    Trainer(cfg, log=messages.append, resume=True).resume()
     assert "step-0000004" in capsys.readouterr().err
     assert any("step-0000002" in m for m in messages)
 
