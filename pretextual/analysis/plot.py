@@ -22,7 +22,8 @@ RUN_PLOT = "metrics.png"
 
 
 class PlotError(PretextualError):
-    """A plot that cannot be drawn (matplotlib missing, an unknown image format)."""
+    """A plot that cannot be drawn (matplotlib missing, an unknown image format, a file
+    that cannot be written)."""
 
 
 @dataclass
@@ -92,9 +93,16 @@ def new_figure(rows: int, columns: int, out: Path):
 
 
 def save(figure, out: Path) -> None:
-    """Write the figure, making ``out``'s directory if needed."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=DPI)
+    """Write the figure, making ``out``'s directory if needed; a PlotError names ``out``
+    when it cannot be written (a file in its path, no permission, a read-only place)."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(out, dpi=DPI)
+    except OSError as exc:
+        # mkdir fails on a part of the path (a file where a folder must be): name that part
+        where = "" if exc.filename in (None, str(out)) else f"{exc.filename}: "
+        reason = "exists and is not a directory" if isinstance(exc, FileExistsError) else exc.strerror
+        raise PlotError(f"{out}: cannot write the image ({where}{reason})") from None
 
 
 def draw(panels: Sequence[Panel], labels: Sequence[str], out: Path) -> None:

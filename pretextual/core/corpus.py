@@ -2,7 +2,8 @@
 
 Formats: text files as Google's BERT reads them (one sentence or paragraph per
 line, a blank line between documents), ``.jsonl`` with a text field (one
-document per line), or a directory or glob of these. ``embedded`` is a corpus
+document per line), a directory (its ``.txt``, ``.text`` and ``.jsonl`` files; others
+are skipped with a warning) or a glob (every file it matches). ``embedded`` is a corpus
 made of text that ships with every Python install, so training works offline.
 
 Files are read a line at a time (``iter_documents``), whole or in the byte
@@ -29,6 +30,8 @@ from pretextual.errors import DataError
 
 EMBEDDED = "embedded"
 TEXT_SUFFIXES = (".txt", ".text", ".jsonl")
+"""The files of a corpus directory that are read; a file or glob is read whatever its suffix."""
+_warned: set[tuple[Path, str]] = set()  # the skipped-files warnings printed by this process
 
 # A sentence ends at . ! or ? (with closing quotes/brackets), followed by
 # whitespace and an upper-case letter, a digit or an opening quote.
@@ -234,14 +237,24 @@ def document_boundary(path: str | Path, offset: int) -> int:
 
 
 def corpus_files(spec: str) -> list[Path]:
-    """The files a corpus spec names: a file, a directory (recursively) or a glob.
+    """The files a corpus spec names: a file, a directory's TEXT_SUFFIXES files
+    (recursively) or every file a glob matches.
 
-    An unreadable directory inside a corpus directory is an error, not skipped."""
+    A directory's other files are skipped with a warning on stderr that counts and names
+    them, and a directory with none to read is an error; an unreadable directory inside a
+    corpus directory is an error, not skipped."""
     path = Path(spec).expanduser()
     if path.is_dir():
-        files = sorted(p for p in _walk(path) if p.suffix in TEXT_SUFFIXES)
+        found = sorted(_walk(path))
+        files = [p for p in found if p.suffix in TEXT_SUFFIXES]
+        skipped = _skipped_note(path, [p for p in found if p.suffix not in TEXT_SUFFIXES])
+        kind = f"{'/'.join(TEXT_SUFFIXES)} file"
         if not files:
-            raise DataError(f"data.corpus: {spec} holds no {'/'.join(TEXT_SUFFIXES)} files")
+            raise DataError(f"data.corpus: {spec} holds no {kind}{skipped}")
+        if skipped and (path, skipped) not in _warned:  # once, though a command lists a corpus often
+            _warned.add((path, skipped))
+            print(f"pretextual: warning: data.corpus: {spec}: read {_count(files, kind)}{skipped}",
+                  file=sys.stderr)
         return files
     if path.exists():
         return [path]
@@ -252,6 +265,21 @@ def corpus_files(spec: str) -> list[Path]:
             return files
         raise DataError(f"data.corpus: the pattern {spec} matches no file")
     raise DataError(f"data.corpus: no such file or directory: {spec}")
+
+
+def _count(items: list, noun: str) -> str:
+    return f"{len(items)} {noun}{'s' if len(items) != 1 else ''}"
+
+
+def _skipped_note(directory: Path, skipped: list[Path]) -> str:
+    """What is said of the files a corpus directory holds besides .txt/.text/.jsonl
+    (WikiExtractor's wiki_00, a README.md): how many, which, and how to read them."""
+    if not skipped:
+        return ""
+    names = ", ".join([str(p.relative_to(directory)) for p in skipped[:3]]
+                      + (["..."] if len(skipped) > 3 else []))
+    return (f"; skipped {_count(skipped, 'other file')} ({names}); a glob such as "
+            f"'{directory / '**'}' reads every file it matches, whatever its suffix")
 
 
 def _walk(directory: Path) -> Iterator[Path]:

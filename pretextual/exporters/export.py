@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pretextual.errors import PluginError, PretextualError
+from pretextual.core.checkpoint import STATE_FILE, Checkpoint
+from pretextual.errors import CheckpointError, PluginError, PretextualError
 from pretextual.exporters.hf import architecture, config_json, hf_counterpart, tokenizer_files
 from pretextual.exporters.load import CONFIG_FILE
 from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
@@ -74,13 +75,13 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
     out_dir = Path(out_dir)
     _check_out_dir(out_dir, ckpt.path, force)
     model = load_checkpoint_model(ckpt)
+    max_length = _trained_length(ckpt)
     options = ExportOptions(with_heads=with_heads, quantize=quantize)
     report = ExportReport(out_dir, ckpt.path, ckpt.step, model.metadata["objectives"])
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp = _make_temporary(out_dir)
     try:
-        written = set(write_common_files(model, tmp, with_heads))
+        written = set(write_common_files(model, tmp, with_heads, max_length))
         for spec in specs:
             start = time.perf_counter()
             summary = spec.export(model, tmp, options)
@@ -106,12 +107,24 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
     return report
 
 
-def write_common_files(model: ExportedModel, out_dir: Path, with_heads: bool) -> list[str]:
-    """config.json and the tokenizer files, which every format's consumers read."""
+def _trained_length(ckpt: Checkpoint) -> int:
+    """The run's data.max_seq_length, from the config the checkpoint was written with:
+    the longest input the model was trained on (the position table may be longer)."""
+    try:
+        return int(ckpt.meta["config"]["data"]["max_seq_length"])
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{ckpt.path / STATE_FILE}: corrupt (no config.data.max_seq_length, "
+                              f"the sequence length the model was trained on)") from None
+
+
+def write_common_files(model: ExportedModel, out_dir: Path, with_heads: bool,
+                       max_length: int) -> list[str]:
+    """config.json and the tokenizer files, which every format's consumers read;
+    the tokenizer's model_max_length is ``max_length``, the trained sequence length."""
     hf_heads = {name for name, t in model.heads.items() if hf_counterpart(name, t, model.config)}
     files = {CONFIG_FILE: json.dumps(config_json(model.config, architecture(
                  hf_heads if with_heads else set())), indent=2),
-             **tokenizer_files(model.tokenizer, model.config.max_position_embeddings)}
+             **tokenizer_files(model.tokenizer, max_length)}
     for name, text in files.items():
         (out_dir / name).write_text(text, encoding="utf-8")
     return list(files)
@@ -130,14 +143,27 @@ def _check_options(specs: list[ExporterSpec], with_heads: bool, quantize: str | 
 
 
 def _check_out_dir(out_dir: Path, checkpoint: Path, force: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise PretextualError(f"{out_dir}: exists and is not a directory")
+    # The nearest part of the path that exists must be a directory to build the export in.
+    blocker = next(p for p in (out_dir, *out_dir.parents) if p.exists())
+    if not blocker.is_dir():
+        raise PretextualError(f"{out_dir}: {blocker} exists and is not a directory; "
+                              f"choose another --out")
     target, source = out_dir.resolve(), checkpoint.resolve()
     if target == source or target in source.parents or source in target.parents:
         raise PretextualError(f"{out_dir}: holds or is inside the checkpoint being exported; "
                               f"choose another --out")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise PretextualError(f"{out_dir}: exists and is not empty; pass --force to replace it")
+
+
+def _make_temporary(out_dir: Path) -> Path:
+    """The directory the export is built in, next to ``out_dir`` (making its parents)."""
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    except OSError as exc:  # a read-only or virtual file system, no permission
+        raise PretextualError(f"{out_dir}: cannot create the export there ({exc.strerror}); "
+                              f"choose another --out") from None
 
 
 def _apply_umask(directory: Path) -> None:

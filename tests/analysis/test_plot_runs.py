@@ -2,6 +2,7 @@
 against tokens, holding exactly the numbers of metrics.jsonl."""
 
 from itertools import accumulate
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +74,20 @@ def test_an_unknown_format_or_a_missing_run_is_one_line(matplotlib, two_runs, tm
     assert f"{tmp_path / 'x.bmpz'}: unknown image format" in capsys.readouterr().err
     assert main(["plot", str(tmp_path / "nope"), "--out", str(tmp_path / "x.png")]) == 2
     assert f"{tmp_path / 'nope'}: no such run directory" in capsys.readouterr().err
+
+
+def test_an_out_that_cannot_be_written_is_one_line(matplotlib, two_runs, tmp_path, capsys):
+    (tmp_path / "afile").write_text("mine")
+    cases = [(tmp_path / "afile" / "x.png",
+              f"cannot write the image ({tmp_path / 'afile'}: exists and is not a directory)")]
+    if Path("/proc/self").is_dir():  # a file system where nothing can be created
+        cases.append((Path("/proc/pretextual-plot.png"),
+                      "cannot write the image (No such file or directory)"))
+    for out, reason in cases:
+        assert main(["plot", str(two_runs[0]), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"pretextual: error: {out}: {reason}\n"
+    assert (tmp_path / "afile").read_text() == "mine"
 
 
 def test_without_matplotlib_the_command_says_what_to_install(two_runs, tmp_path, monkeypatch):

@@ -26,6 +26,30 @@ def test_text_jsonl_directory_and_glob(tmp_path):
     assert len(read_corpus(str(tmp_path / "*.txt"))) == 2
 
 
+def test_a_directory_reads_its_text_files_and_says_what_it_skipped(tmp_path, capsys):
+    (tmp_path / "AA").mkdir()
+    (tmp_path / "a.txt").write_text("Read this one. It counts.\n")
+    for name in ("AA/wiki_00", "AA/wiki_01", "notes.md"):  # WikiExtractor output, a README
+        (tmp_path / name).write_text("Not read from the directory.\n")
+    for _ in range(2):  # a command lists its corpus several times; the warning comes once
+        assert [d.sentences for d in read_corpus(str(tmp_path))] == [["Read this one.", "It counts."]]
+    err = capsys.readouterr().err
+    assert err == (f"pretextual: warning: data.corpus: {tmp_path}: read 1 .txt/.text/.jsonl file; "
+                   f"skipped 3 other files (AA/wiki_00, AA/wiki_01, notes.md); a glob such as "
+                   f"'{tmp_path}/**' reads every file it matches, whatever its suffix\n")
+    assert len(read_corpus(f"{tmp_path}/**")) == 4  # the glob it suggests reads them all
+    assert capsys.readouterr().err == ""
+
+
+def test_a_directory_without_text_files_is_an_error_naming_the_suffixes(tmp_path):
+    (tmp_path / "wiki_00").write_text("Only extensionless files here.\n")
+    with pytest.raises(DataError) as info:
+        read_corpus(str(tmp_path))
+    assert str(info.value) == (f"data.corpus: {tmp_path} holds no .txt/.text/.jsonl file; skipped "
+                               f"1 other file (wiki_00); a glob such as '{tmp_path}/**' reads "
+                               f"every file it matches, whatever its suffix")
+
+
 def test_sentence_splitter_keeps_abbreviations():
     assert split_sentences("See e.g. the docs. Dr. Smith agrees! Is it 3 p.m.? Yes.") == \
         ["See e.g. the docs.", "Dr. Smith agrees!", "Is it 3 p.m.?", "Yes."]
@@ -149,5 +173,7 @@ def test_bad_corpus_loses_nothing_already_written(tiny_config, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\xff\xfe broken")
     with pytest.raises(DataError, match="bad.txt: not UTF-8"):
-        Trainer(tiny_config("roberta", f"data.corpus={bad}", steps=2), log=lambda *_: None)
+        # even told to replace the earlier run, a corpus that fails to read deletes nothing
+        Trainer(tiny_config("roberta", f"data.corpus={bad}", "trainer.overwrite_output_dir=true",
+                            steps=2), log=lambda *_: None)
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,6 +97,32 @@ def test_occupied_output_directory(mlm_run, tmp_path):
         export_checkpoint(mlm_run, mlm_run, ["safetensors"], force=True, log=quiet)
     with pytest.raises(PretextualError, match="holds or is inside the checkpoint being exported"):
         export_checkpoint(mlm_run, checkpoint_of(mlm_run) / "export", ["safetensors"], log=quiet)
+
+
+def test_an_out_that_cannot_be_created_is_one_line(mlm_run, tmp_path, capsys):
+    (tmp_path / "afile").write_text("mine")
+    in_the_way = f"{tmp_path / 'afile'} exists and is not a directory"
+    cases = [(tmp_path / "afile" / "sub", in_the_way),
+             (tmp_path / "afile" / "sub" / "deeper", in_the_way)]
+    if Path("/proc/self").is_dir():  # a file system where nothing can be created
+        cases.append((Path("/proc/pretextual-export"), "cannot create the export there (No such file"))
+    for out, reason in cases:
+        assert main(["export", str(mlm_run), "--out", str(out), "--format", "safetensors"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert err.startswith(f"pretextual: error: {out}: {reason}") and "choose another --out" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_checkpoint_without_its_run_config(mlm_run, tmp_path):
+    ckpt = copy_run(mlm_run, tmp_path)
+    state = json.loads((ckpt / "trainer.json").read_text())
+    del state["config"]
+    (ckpt / "trainer.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError,
+                       match=r"trainer\.json: corrupt \(no config\.data\.max_seq_length"):
+        export_checkpoint(ckpt, tmp_path / "out", ["safetensors"], log=quiet)
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_errors_are_one_line(mlm_run, tmp_path, capsys):

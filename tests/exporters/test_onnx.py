@@ -91,8 +91,11 @@ def test_int8_is_smaller_and_close_to_fp32(full_export, mlm_run):
     assert metrics["int8_size_ratio"] < 0.5
     assert metrics["int8_cosine_mean"] >= 0.99 and metrics["int8_sample_tokens"] > 1000
     assert np.isfinite(metrics["int8_speedup"]) and metrics["int8_speedup"] > 0
-    line = next(l for l in report.summaries["onnx"].lines if l.startswith("model_quantized.onnx"))
+    lines = report.summaries["onnx"].lines
+    line = next(l for l in lines if l.startswith("model_quantized.onnx"))
     assert "size" in line and "speed" in line and "cosine" in line
+    slower = [l for l in lines if l.startswith("warning: model_quantized.onnx ran slower")]
+    assert len(slower) == (metrics["int8_speedup"] < 1)
     fp32 = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     int8 = ort.InferenceSession(str(out / "model_quantized.onnx"), providers=["CPUExecutionProvider"])
     for feed in feeds(mlm_run):
@@ -100,6 +103,22 @@ def test_int8_is_smaller_and_close_to_fp32(full_export, mlm_run):
         b = int8.run(["last_hidden_state"], feed)[0][feed["attention_mask"] == 1]
         cosine = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
         assert cosine.mean() >= 0.99
+
+
+@pytest.mark.parametrize("speedup, warned", [(0.5, True), (0.98, True), (1.0, False), (1.7, False)])
+def test_an_int8_model_slower_than_fp32_is_kept_with_a_warning(speedup, warned):
+    metrics = {"int8_size_ratio": 0.26, "int8_speedup": speedup, "int8_cosine_mean": 0.999998,
+               "int8_cosine_min": 0.99999, "int8_sample_tokens": 3829}
+    lines = quantize.summary_lines(metrics, 4)
+    assert lines[0] == (f"model_quantized.onnx: dynamic int8, 0.26x the fp32 size, {speedup:.2f}x "
+                        f"the fp32 ONNX speed, cosine to fp32 0.999998 (min 0.999990) over 3829 "
+                        f"tokens of 4 batches of the embedded corpus")
+    if warned:
+        assert lines[1:] == [f"warning: model_quantized.onnx ran slower than model.onnx on this "
+                             f"machine ({speedup:.2f}x); it is kept as asked, but serve model.onnx "
+                             f"unless int8 measures faster where you deploy"]
+    else:
+        assert lines[1:] == []
 
 
 def test_external_data_above_the_one_file_limit(mlm_run, tmp_path, monkeypatch):

@@ -53,6 +53,17 @@ def test_autotokenizer_encodes_as_pretextual(encoder_export, mlm_run):
     assert theirs.pad_token_id == 0 and theirs.mask_token == "[MASK]"
 
 
+def test_tokenizer_max_length_is_the_trained_sequence_length(encoder_export):
+    # tiny_overrides trains on data.max_seq_length=32; the position table is longer
+    assert json.loads((encoder_export / "config.json").read_text())["max_position_embeddings"] > 32
+    assert json.loads((encoder_export / "tokenizer_config.json").read_text())["model_max_length"] == 32
+    theirs = AutoTokenizer.from_pretrained(encoder_export)
+    long_text = " ".join(["The boat sees the river bank."] * 20)
+    assert len(theirs(long_text)["input_ids"]) > 32
+    ids = theirs(long_text, truncation=True)["input_ids"]
+    assert len(ids) == 32 and ids[-1] == theirs.sep_token_id
+
+
 def test_automodel_loads_every_encoder_weight_and_matches(encoder_export, mlm_run):
     model, info = AutoModel.from_pretrained(encoder_export, output_loading_info=True)
     assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
