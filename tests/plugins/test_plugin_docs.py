@@ -12,7 +12,11 @@ from statistics import mean
 
 import pytest
 
+from omegaconf import OmegaConf
+
 import pretextual
+from pretextual.core.mix import check_objectives
+from pretextual.errors import ConfigError
 from pretextual.plugins import hookspecs
 from pretextual.plugins.manager import ENV_LOAD_PLUGINS, Plugins
 
@@ -90,6 +94,9 @@ def test_the_guide_plugin_registers_through_its_entry_point_and_trains(train, tm
     plugins = Plugins()
     assert plugins.register(module, "myobj", "pretextual-myobj", "0.1.0")
     assert plugins.info["myobj"].objectives == ["myobj"]
+    # Its option check runs when the config is checked, before any text is read.
+    with pytest.raises(ConfigError, match=r"^objectives\.myobj\.pos_weight must be positive, got 0\.0$"):
+        check_objectives(OmegaConf.create({"myobj": {"weight": 1, "pos_weight": 0}}), plugins)
 
     records = [r for r in train(plugins, "objectives.myobj.weight=1", steps=30) if "loss" in r]
     losses = [r["loss/myobj"] for r in records]
