@@ -9,7 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from pretextual.errors import ConfigError, PretextualError
+from pretextual.errors import CheckpointError, DataError, PretextualError, TrainingError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -29,11 +29,15 @@ def _load(args) -> DictConfig:
 
 
 def cmd_train(args) -> int:
-    from pretextual.core.distributed import shutdown
+    from pretextual.core.distributed import leave_process_group, shutdown
     from pretextual.core.trainer import Trainer
     from pretextual.plugins.manager import Plugins
     cfg = _load(args)
-    trainer = Trainer(cfg, Plugins.from_config(cfg, strict=args.strict_plugins), resume=args.resume)
+    try:
+        trainer = Trainer(cfg, Plugins.from_config(cfg, strict=args.strict_plugins), resume=args.resume)
+    except BaseException:
+        leave_process_group()  # joined while the trainer was set up: leave it cleanly
+        raise
     try:
         metrics = trainer.train()
     finally:
@@ -228,13 +232,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except PretextualError as exc:
-        # Under torchrun every process meets the same config mistake: rank 0's line is
-        # enough. Other errors (data, checkpoints) may be one process's own: each says it,
-        # naming its rank. RANK, not the process group, which may not exist yet.
-        rank = os.environ.get("RANK", "0")
+        # Under torchrun every process meets the same config or plugin mistake: rank 0's
+        # line is enough. Data, checkpoint and training errors may be one process's own:
+        # each says it, naming its rank. The environment, not the process group, which
+        # may not exist yet.
+        rank = os.environ.get("RANK", "0") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "0"
         if rank == "0":
             print(f"pretextual: error: {exc}", file=sys.stderr)
-        elif not isinstance(exc, ConfigError):
+        elif isinstance(exc, (DataError, CheckpointError, TrainingError)):
             print(f"pretextual: error: [rank {rank}] {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

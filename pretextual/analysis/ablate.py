@@ -159,8 +159,9 @@ def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int =
             run_dir = out / "runs" / f"{label}-seed{seed}"
             max_steps = math.ceil(budget / per_step[label])
             stop = TokenBudget(budget)
+            # The run directories are the ablation's own: running it again replaces them.
             cfg = config(mix, f"trainer.max_steps={max_steps}", f"trainer.seed={seed}",
-                         f"trainer.output_dir={run_dir}")
+                         f"trainer.output_dir={run_dir}", "trainer.overwrite_output_dir=true")
             plugins = Plugins.from_config(cfg, strict=strict_plugins)  # plugins.modules too
             plugins.register(stop, name="ablate-token-budget")
             prefix = f"[{label} seed {seed}] "

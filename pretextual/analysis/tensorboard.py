@@ -4,8 +4,8 @@ When the ``tensorboard`` package is installed, every metrics.jsonl line (steps a
 evaluations) also goes to ``torch.utils.tensorboard.SummaryWriter`` in
 ``<run dir>/tensorboard/``, one scalar per key at the line's step; the writer is flushed
 at each checkpoint and closed at the last one. A run's writer purges the events an
-earlier run (or the part of a resumed one after its checkpoint) logged from its first
-step on, so TensorBoard shows only this run's curve. Without tensorboard these hooks do
+earlier run in the directory (or the part of a resumed one after its checkpoint) logged
+after the step it starts from, so TensorBoard shows only this run's curve. Without tensorboard these hooks do
 nothing.
 View with ``tensorboard --logdir runs``.
 """
@@ -28,17 +28,17 @@ def _open_writer(path: Path, first_step: int):
     return SummaryWriter(log_dir=str(path), purge_step=first_step)
 
 
-def _writer(trainer, step: int) -> Any:
+def _writer(trainer) -> Any:
     path = Path(trainer.out) / LOG_DIR
     if path not in _writers:
-        _writers[path] = _open_writer(path, step)
+        _writers[path] = _open_writer(path, trainer.start_step + 1)
     return _writers[path]
 
 
 def _add_scalars(step: int, metrics: dict, trainer) -> None:
     if not AVAILABLE:
         return
-    writer = _writer(trainer, step)
+    writer = _writer(trainer)
     for key, value in metrics.items():
         if key != "step" and isinstance(value, (int, float)):
             writer.add_scalar(key, value, global_step=step)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import math
 import textwrap
 from dataclasses import dataclass, field
 from importlib import resources
@@ -107,7 +108,7 @@ class TrainerConfig:
     output_dir: str = "runs/latest"
     """Run directory: metrics.jsonl, checkpoints, tokenizer, config."""
     overwrite_output_dir: bool = False
-    """Start afresh in an output_dir that holds an earlier run's checkpoints, deleting them with its metrics and export (without it that is an error; --resume continues such a run)."""
+    """Start afresh in an output_dir that holds an earlier run's checkpoints or export, deleting them with its metrics and plot (without it that is an error; --resume continues such a run)."""
     export: Optional[str] = "safetensors,onnx"
     """Formats the final checkpoint is exported to in <output_dir>/export, comma-separated ('' turns it off)."""
     plot: bool = True
@@ -284,6 +285,9 @@ def validate(cfg: DictConfig) -> None:
                  "model.attention_probs_dropout_prob": m.attention_probs_dropout_prob,
                  "trainer.adam_beta1": t.adam_beta1, "trainer.adam_beta2": t.adam_beta2,
                  "data.eval_fraction": d.eval_fraction}
+    for key, value in {**positive, **not_negative}.items():
+        if not math.isfinite(value):  # NaN or inf: torch would fail (or diverge) steps later
+            raise ConfigError(f"{key} must be a finite number, got {value}")
     # Each test is written so that NaN fails it too.
     for key, value in positive.items():
         if not value > 0:

@@ -125,5 +125,11 @@ def barrier(world: World) -> None:
 
 def shutdown(world: World) -> None:
     """Leave the process group at the end of a run (nothing without torchrun)."""
-    if world.enabled and dist.is_initialized():
+    if world.enabled:
+        leave_process_group()
+
+
+def leave_process_group() -> None:
+    """Destroy this process's process group, if it joined one (a clean exit under torchrun)."""
+    if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

@@ -38,13 +38,13 @@ from pretextual.core.corpus import (EMBEDDED, Document, corpus_files, corpus_fin
                                     document_boundary, embedded_corpus, iter_documents, read_corpus)
 from pretextual.core.data import Shard, TokenizedDocuments
 from pretextual.core.files import atomic_path
-from pretextual.core.tokenizer import (load_tokenizer, read_tokenizer, tokenizer_sha256,
-                                       train_wordpiece, vocab_of)
+from pretextual.core.tokenizer import (TOKENIZER_FILE, load_tokenizer, read_tokenizer,
+                                       tokenizer_sha256, train_wordpiece, vocab_of)
 from pretextual.errors import DataError
 
 CACHE_FORMAT = 1
 PREPARED_FORMAT = 1
-MANIFEST, TOKENIZER_FILE, TOKENIZER_RECIPE = "manifest.json", "tokenizer.json", "tokenizer.recipe.json"
+MANIFEST, TOKENIZER_RECIPE = "manifest.json", "tokenizer.recipe.json"
 ENCODE_BATCH_BYTES = 1 << 20  # text per encode_batch call in a worker: bounds its memory
 MB = 1 << 20
 

@@ -11,6 +11,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from pretextual.errors import DataError
 from pretextual.plugins.api import Vocab
 
+TOKENIZER_FILE = "tokenizer.json"
+"""A run's, a prepared corpus's and an export's tokenizer: tokenizers' JSON format."""
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Spellings of each special token across BERT, RoBERTa and SentencePiece vocabularies.
 _ROLES = {

@@ -21,8 +21,9 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from tqdm import tqdm
 
 import pretextual
-from pretextual.core.checkpoint import (latest_checkpoint, list_checkpoints,
+from pretextual.core.checkpoint import (STATE_FILE, latest_checkpoint, list_checkpoints,
                                         remove_partial_checkpoints, save_checkpoint)
+from pretextual.analysis.plot import RUN_PLOT
 from pretextual.core.config import MODEL_SIZES, to_yaml
 from pretextual.core.data import Batches, full_sentences, split_documents
 from pretextual.core import distributed as dist_utils
@@ -30,8 +31,8 @@ from pretextual.core.encoder import EncoderConfig, count_parameters, preset_conf
 from pretextual.core.fastpath import keep_freed_memory
 from pretextual.core.mix import ObjectiveMix, PretrainingModel, check_objectives
 from pretextual.core.prepare import tokenized_corpus
-from pretextual.core.tokenizer import (has_word_boundaries, read_tokenizer, tokenizer_sha256,
-                                       vocab_of)
+from pretextual.core.tokenizer import (TOKENIZER_FILE, has_word_boundaries, read_tokenizer,
+                                       tokenizer_sha256, vocab_of)
 from pretextual.errors import CheckpointError, ConfigError, DataError, TrainingError
 from pretextual.plugins.api import BuildContext
 from pretextual.plugins.manager import Plugins
@@ -40,10 +41,9 @@ EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed stream
 # Full (unsharded) state on the CPU: checkpoints do not depend on how the model was split.
 # Not strict: a parameter no objective uses (the pooler under MLM alone) has no optimizer state.
 FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True, strict=False)
-TOKENIZER_FILE = "tokenizer.json"
-# What the trainer writes in a run directory and a fresh run there starts without
-# (the tensorboard plugin hides an earlier run's events itself).
-RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "export")
+# What a run writes in its directory, which trainer.overwrite_output_dir deletes (the
+# tensorboard plugin hides an earlier run's events itself).
+RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "export", RUN_PLOT)
 
 
 def encoder_config(cfg: DictConfig, vocab_size: int, pad_token_id: int) -> EncoderConfig:
@@ -80,9 +80,11 @@ def _check_output_dir(out: Path) -> None:
 
 
 def _resumed_tokenizer(out: Path) -> Tokenizer | None:
-    """The tokenizer of the run to resume in ``out`` (its tokenizer.json), or None when
-    it has no checkpoint (the run then starts from scratch)."""
-    if not list_checkpoints(out / "checkpoints"):
+    """The tokenizer of the run to resume in ``out`` (its tokenizer.json), checked against
+    its newest checkpoint before any text is tokenized with it; None when it has no
+    checkpoint (the run then starts from scratch)."""
+    checkpoints = list_checkpoints(out / "checkpoints")
+    if not checkpoints:
         return None
     file = out / TOKENIZER_FILE
     if not file.is_file():
@@ -90,7 +92,18 @@ def _resumed_tokenizer(out: Path) -> Tokenizer | None:
                               f"trained with")
     tokenizer = read_tokenizer(file)
     vocab_of(tokenizer, str(file))  # DataError naming the file when a special token is missing
+    try:  # the full verification is resume()'s; this only reads what the checkpoint recorded
+        meta = json.loads((checkpoints[-1] / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        meta = {}
+    _check_trained_with(checkpoints[-1], meta, tokenizer, file)
     return tokenizer
+
+
+def _check_trained_with(ckpt: Path, meta: dict, tokenizer: Tokenizer, file: Path) -> None:
+    """CheckpointError unless ``tokenizer`` is the one the checkpoint recorded (when it did)."""
+    if meta.get("tokenizer_sha256", tokenizer_sha256(tokenizer)) != tokenizer_sha256(tokenizer):
+        raise CheckpointError(f"{ckpt}: was trained with another tokenizer than {file}")
 
 
 def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
@@ -147,7 +160,7 @@ class Trainer:
         self.export_formats = _export_formats(cfg.trainer.export, self.plugins)
         check_objectives(cfg.objectives, self.plugins)
         self.resuming = resume
-        if not resume:
+        if not (resume and list_checkpoints(self.out / "checkpoints")):
             self._check_fresh_run_dir()
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
         self.tokenizer, docs = self._tokenized_corpus()
@@ -200,6 +213,7 @@ class Trainer:
             eps=t.adam_eps, fused=_fused_adamw_supported(self.device) or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step = 0
+        self.start_step = 0  # the step train() started from: 0, or the resumed checkpoint's
         # "time" in metrics.jsonl: seconds since the run started, continued across resumes.
         self._started, self._time_offset = time.perf_counter(), 0.0
 
@@ -210,15 +224,18 @@ class Trainer:
         return max(0.0, (t.max_steps - step) / max(1, t.max_steps - t.warmup_steps))
 
     def _check_fresh_run_dir(self) -> None:
-        """A new run must not mix with the checkpoints of an earlier one (rotation would
-        keep theirs and delete its own): ConfigError unless trainer.overwrite_output_dir."""
+        """A new run must not mix with an earlier one's checkpoints (rotation would keep
+        theirs and delete its own) nor replace its export: ConfigError unless
+        trainer.overwrite_output_dir."""
         earlier = list_checkpoints(self.out / "checkpoints")
-        if dist_utils.any_over_ranks(bool(earlier), self.world, self.device) \
+        export = self.out / "export"
+        what = (f"the checkpoints of an earlier run (newest {earlier[-1].name})" if earlier else
+                "an earlier run's export/" if export.is_dir() and any(export.iterdir()) else "")
+        if dist_utils.any_over_ranks(bool(what), self.world, self.device) \
                 and not self.cfg.trainer.overwrite_output_dir:
-            newest = f" (newest {earlier[-1].name})" if earlier else ""
-            raise ConfigError(f"trainer.output_dir={self.out}: holds the checkpoints of an earlier "
-                              f"run{newest}; continue it with --resume, or set "
-                              f"trainer.overwrite_output_dir=true to delete them and start afresh")
+            raise ConfigError(f"trainer.output_dir={self.out}: holds {what or 'an earlier run'}; "
+                              f"continue it with --resume, or set "
+                              f"trainer.overwrite_output_dir=true to delete it and start afresh")
 
     def _tokenized_corpus(self):
         """The run's tokenizer and documents. The main process tokenizes (training the
@@ -278,14 +295,16 @@ class Trainer:
             remove_partial_checkpoints(self.out / "checkpoints")
         ckpt = latest_checkpoint(self.out / "checkpoints")
         if ckpt is None:
+            found = list_checkpoints(self.out / "checkpoints")
+            if found:  # never start over on top of them: they may be repairable
+                raise CheckpointError(f"{self.out / 'checkpoints'}: none of its {len(found)} "
+                                      f"checkpoints verifies (see the warnings above); nothing "
+                                      f"was deleted")
             return False
         if ckpt.meta["encoder_config"] != self.encoder_config.to_dict():
             raise CheckpointError(f"{ckpt.path}: was written for a different model "
                                   f"({ckpt.meta['encoder_config']}); check model.* and data.*")
-        if ckpt.meta.get("tokenizer_sha256", tokenizer_sha256(self.tokenizer)) \
-                != tokenizer_sha256(self.tokenizer):
-            raise CheckpointError(f"{ckpt.path}: was trained with another tokenizer than "
-                                  f"{self.out / TOKENIZER_FILE}")
+        _check_trained_with(ckpt.path, ckpt.meta, self.tokenizer, self.out / TOKENIZER_FILE)
         state = ckpt.model_state()
         expected = set(get_model_state_dict(self.model).keys())
         if set(state) != expected:
@@ -344,7 +363,7 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"trainer.output_dir={self.out}: cannot create it ({exc.strerror})") from None
-        if not resumed:  # what an earlier run left (checked by _check_fresh_run_dir)
+        if not resumed and self.cfg.trainer.overwrite_output_dir:
             for name in RUN_OUTPUTS:
                 path = self.out / name
                 if path.is_dir():
@@ -354,7 +373,9 @@ class Trainer:
         (self.out / "config.yaml").write_text(to_yaml(self.cfg))
         (self.out / TOKENIZER_FILE).write_text(self.tokenizer.to_str())
         metrics = self.out / "metrics.jsonl"
-        if resumed and metrics.exists():  # drop lines logged after the checkpoint we resume from
+        if not resumed and metrics.exists():  # a run that never wrote a checkpoint
+            metrics.unlink()
+        elif resumed and metrics.exists():  # drop lines logged after the checkpoint we resume from
             lines = [l for l in metrics.read_text().splitlines()
                      if json.loads(l).get("step", 0) <= self.step]
             metrics.write_text("".join(l + "\n" for l in lines))
@@ -407,6 +428,7 @@ class Trainer:
         resumed = self.resume() if self.resuming else False
         if self.resuming and not resumed:
             self.log(f"no checkpoint in {self.out / 'checkpoints'}; starting from scratch")
+        self.start_step = self.step
         self._start_run_dir(resumed)
         weights = ", ".join(f"{n} (weight {w:g})" for n, w in self.mix.weights(self.step).items())
         self.log(f"objectives: {weights} | encoder {count_parameters(self.model.bert):,} parameters "

@@ -146,7 +146,8 @@ def _check_out_dir(out_dir: Path, checkpoint: Path, force: bool) -> None:
     # The nearest part of the path that exists must be a directory to build the export in.
     blocker = next(p for p in (out_dir, *out_dir.parents) if p.exists())
     if not blocker.is_dir():
-        raise PretextualError(f"{out_dir}: {blocker} exists and is not a directory; "
+        where = "" if blocker == out_dir else f"{blocker} "
+        raise PretextualError(f"{out_dir}: {where}exists and is not a directory; "
                               f"choose another --out")
     target, source = out_dir.resolve(), checkpoint.resolve()
     if target == source or target in source.parents or source in target.parents:

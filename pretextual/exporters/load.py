@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from pretextual.core.tokenizer import read_tokenizer
+from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer
 from pretextual.errors import CheckpointError
 from pretextual.exporters.hf import ENCODER_PREFIX, HF_HEADS, encoder_config_from_json
-from pretextual.exporters.source import TOKENIZER_FILE, build_encoder, read_tensors
+from pretextual.exporters.source import build_encoder, read_tensors
 from pretextual.plugins.api import ExportedModel
 
 CONFIG_FILE = "config.json"

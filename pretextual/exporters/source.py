@@ -12,12 +12,10 @@ from tokenizers import Tokenizer
 import pretextual
 from pretextual.core.checkpoint import MODEL_FILE, STATE_FILE, Checkpoint, list_checkpoints, open_checkpoint
 from pretextual.core.encoder import BertModel, EncoderConfig
-from pretextual.core.tokenizer import read_tokenizer, tokenizer_sha256, vocab_of
+from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer, tokenizer_sha256, vocab_of
 from pretextual.errors import CheckpointError
 from pretextual.exporters.hf import with_post_processor
 from pretextual.plugins.api import ExportedModel
-
-TOKENIZER_FILE = "tokenizer.json"
 
 
 def find_checkpoint(path: str | Path) -> Checkpoint:

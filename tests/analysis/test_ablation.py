@@ -111,3 +111,10 @@ def test_plugins_named_by_the_config_reach_every_run(corpus_file, cache_dir, tmp
            overrides=overrides(corpus_file, cache_dir, tmp_path) + ["plugins.modules=[step_recorder]"])
     runs = steps_file.read_text().split("\n")[:-1]
     assert {line.split()[0] for line in runs} == {"0", "1"} and len(runs) >= 4
+
+
+def test_running_it_again_into_the_same_out_replaces_its_runs(corpus_file, cache_dir, tmp_path):
+    args = dict(steps=2, log=lambda *_: None, overrides=overrides(corpus_file, cache_dir, tmp_path))
+    ablate(["roberta"], tmp_path / "ablation", **args)
+    again = ablate(["roberta"], tmp_path / "ablation", **args)  # its runs' checkpoints are its own
+    assert [r.mix for r in again.runs if r.steps] == ["roberta"]

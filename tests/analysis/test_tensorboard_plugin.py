@@ -61,7 +61,9 @@ def test_tensorboard_reads_back_the_metrics(tiny_config, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     train_with_plugin(tiny_config, tmp_path, "trainer.lr=1e-2", steps=6)
-    run = train_with_plugin(tiny_config, tmp_path, "trainer.overwrite_output_dir=true")
+    # logging from step 3 on: the earlier run's steps 1 and 2 must not show either
+    run = train_with_plugin(tiny_config, tmp_path, "trainer.overwrite_output_dir=true",
+                            "trainer.log_every=3")
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     lines = read_lines(run)

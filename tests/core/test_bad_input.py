@@ -267,10 +267,14 @@ def test_a_checkpoint_of_another_model_size(saved, corpus_file, cache_dir, capsy
 def test_under_torchrun_a_config_error_is_printed_once_and_others_name_their_rank(
         monkeypatch, capsys, tmp_path):
     args = ("train", "roberta", "trainer.log_every=0")  # refused before any process group exists
+    error = "pretextual: error: trainer.log_every must be positive, got 0"
     monkeypatch.setenv("RANK", "1")
+    assert run(capsys, *args) == (2, error)  # a stray RANK outside torchrun hides nothing
+    monkeypatch.setenv("WORLD_SIZE", "2")
     assert run(capsys, *args) == (2, "")
+    assert run(capsys, "config", "objectives.bogus.weight=1") == (2, "")  # plugin errors alike
     monkeypatch.setenv("RANK", "0")
-    assert run(capsys, *args) == (2, "pretextual: error: trainer.log_every must be positive, got 0")
+    assert run(capsys, *args) == (2, error)
     # Not a config error: it may be this process's alone, so it is not left unsaid.
     monkeypatch.setenv("RANK", "1")
     missing = tmp_path / "no-run"

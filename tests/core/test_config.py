@@ -77,7 +77,8 @@ def test_yaml_file_and_delete_override(tmp_path):
     (["trainer.adam_beta2=1.0"], r"^trainer\.adam_beta2 must be in \[0, 1\), got 1\.0$"),
     (["trainer.adam_eps=-1"], r"^trainer\.adam_eps must be positive, got -1\.0$"),
     (["trainer.adam_eps=0"], r"^trainer\.adam_eps must be positive, got 0\.0$"),
-    (["trainer.lr=nan"], r"^trainer\.lr must not be negative, got nan$"),
+    (["trainer.lr=nan"], r"^trainer\.lr must be a finite number, got nan$"),
+    (["trainer.lr=inf"], r"^trainer\.lr must be a finite number, got inf$"),
     (["model.num_attention_heads=3"],  # mini: hidden 256
      r"^model\.hidden_size \(256, from model\.preset=mini\) must be a multiple of "
      r"model\.num_attention_heads \(3\)$"),

@@ -122,5 +122,6 @@ def test_a_pickle_posing_as_a_checkpoint_is_refused_without_running(tiny_config,
     from pretextual.core.checkpoint import open_checkpoint
     with pytest.raises(CheckpointError, match="model.safetensors: not a safetensors file"):
         open_checkpoint(ckpt)
-    assert Trainer(cfg, log=lambda *_: None, resume=True).resume() is False
+    with pytest.raises(CheckpointError, match="none of its 1 checkpoints verifies"):
+        Trainer(cfg, log=lambda *_: None, resume=True).resume()
     assert not _Exploit.marker.exists()

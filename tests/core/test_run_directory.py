@@ -3,6 +3,7 @@ and the run's tokenizer is fixed (resume and export refuse, or do not take, anot
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -32,8 +33,9 @@ def test_a_new_run_refuses_an_earlier_runs_checkpoints_unless_told_to_overwrite(
 
     # Overwriting: the new run's own checkpoint is kept (rotation by step number used to
     # delete it for the earlier run's), and metrics.jsonl holds only the new run.
+    (run / "metrics.png").write_bytes(b"the earlier run's plot")
     Trainer(tiny_config("roberta", "trainer.overwrite_output_dir=true", steps=3), **QUIET).train()
-    assert names(run) == ["step-0000003"]
+    assert names(run) == ["step-0000003"] and not (run / "metrics.png").exists()
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert max(steps) == 3
 
@@ -66,3 +68,41 @@ def test_resume_and_export_refuse_a_tokenizer_the_checkpoint_was_not_trained_wit
             f"{run / 'tokenizer.json'}: is not the tokenizer {run / 'checkpoints' / 'step-0000003'} "
             f"was trained with")):
         export_checkpoint(run, tmp_path / "export", "safetensors", **QUIET)
+
+
+def test_an_earlier_export_is_kept_without_checkpoints_and_on_a_resume_that_finds_none(
+        tiny_config, tmp_path):
+    run = tmp_path / "run"
+    Trainer(tiny_config("roberta", "trainer.export=safetensors", steps=3), **QUIET).train()
+    shutil.rmtree(run / "checkpoints")
+    model = (run / "export" / "model.safetensors").read_bytes()
+    for resume in (False, True):
+        with pytest.raises(ConfigError, match=re.escape(f"trainer.output_dir={run}: holds an "
+                                                        f"earlier run's export/; continue it")):
+            Trainer(tiny_config("roberta", steps=3), **QUIET, resume=resume)
+    assert (run / "export" / "model.safetensors").read_bytes() == model
+
+
+def test_resume_where_no_checkpoint_verifies_stops_and_deletes_nothing(tiny_config, tmp_path):
+    run = tmp_path / "run"
+    Trainer(tiny_config("roberta", "trainer.checkpoint_every=2", steps=4), **QUIET).train()
+    for ckpt in list_checkpoints(run / "checkpoints"):
+        with open(ckpt / "model.safetensors", "ab") as f:
+            f.write(b"junk")  # as a half-finished copy leaves it
+    trainer = Trainer(tiny_config("roberta", steps=6), **QUIET, resume=True)
+    with pytest.raises(CheckpointError, match=re.escape(
+            f"{run / 'checkpoints'}: none of its 2 checkpoints verifies")):
+        trainer.train()
+    assert names(run) == ["step-0000002", "step-0000004"]
+
+
+def test_a_foreign_run_tokenizer_is_refused_before_it_tokenizes_or_touches_the_cache(
+        tiny_config, tmp_path):
+    cache = tmp_path / "cache"
+    Trainer(tiny_config("roberta", f"data.cache_dir={cache}", steps=3), **QUIET).train()
+    cached = {f: f.read_bytes() for f in cache.rglob("*") if f.is_file()}
+    run_file = tmp_path / "run" / "tokenizer.json"
+    run_file.write_text(swapped_tokenizer(run_file.read_text()))
+    with pytest.raises(CheckpointError, match="was trained with another tokenizer than"):
+        Trainer(tiny_config("roberta", f"data.cache_dir={cache}", steps=5), **QUIET, resume=True)
+    assert {f: f.read_bytes() for f in cache.rglob("*") if f.is_file()} == cached
