@@ -3,7 +3,7 @@
 When the ``tensorboard`` package is installed, every metrics.jsonl line (steps and
 evaluations) also goes to ``torch.utils.tensorboard.SummaryWriter`` in
 ``<run dir>/tensorboard/``, one scalar per key at the line's step; the writer is flushed
-at each checkpoint and closed at the last one. A run's writer purges the events an
+at each checkpoint and closed at the last one (``trainer.tensorboard=false`` turns it off). A run's writer purges the events an
 earlier run in the directory (or the part of a resumed one after its checkpoint) logged
 after the step it starts from, so TensorBoard shows only this run's curve. Without tensorboard these hooks do
 nothing.
@@ -36,7 +36,7 @@ def _writer(trainer) -> Any:
 
 
 def _add_scalars(step: int, metrics: dict, trainer) -> None:
-    if not AVAILABLE:
+    if not (AVAILABLE and trainer.cfg.trainer.tensorboard):
         return
     writer = _writer(trainer)
     for key, value in metrics.items():

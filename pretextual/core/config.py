@@ -111,6 +111,8 @@ class TrainerConfig:
     """Start afresh in an output_dir that holds an earlier run's checkpoints or export, deleting them with its metrics and plot (without it that is an error; --resume continues such a run)."""
     export: Optional[str] = "safetensors,onnx"
     """Formats the final checkpoint is exported to in <output_dir>/export, comma-separated ('' turns it off)."""
+    tensorboard: bool = True
+    """Also log every metrics line to <output_dir>/tensorboard/ when the tensorboard package is installed."""
     plot: bool = True
     """Write <output_dir>/metrics.png (loss and eval curves) at the end of training when matplotlib is installed."""
     fsdp: bool = False

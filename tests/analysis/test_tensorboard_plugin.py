@@ -55,6 +55,12 @@ def test_without_tensorboard_nothing_is_written(tiny_config, tmp_path, monkeypat
     assert not (run / "tensorboard").exists()
 
 
+def test_turned_off_nothing_is_written(tiny_config, tmp_path, monkeypatch):
+    monkeypatch.setattr(tensorboard, "AVAILABLE", True)
+    run = train_with_plugin(tiny_config, tmp_path, "trainer.tensorboard=false")
+    assert not (run / "tensorboard").exists()
+
+
 def test_tensorboard_reads_back_the_metrics(tiny_config, tmp_path):
     """Of a run that replaced an earlier, longer one in its directory: the earlier run's
     events are purged, so each curve is this run's alone."""
