@@ -61,11 +61,12 @@ def check_objectives(objectives_cfg, plugins: Plugins
 class ObjectiveMix:
     """The objectives a run selected, checked for conflicts at config time."""
 
-    def __init__(self, objectives_cfg, plugins: Plugins, context: BuildContext):
-        context = dataclasses.replace(context, objectives=tuple(objectives_cfg))
+    def __init__(self, checked: dict[str, tuple[ObjectiveSpec, WeightSchedule, Any]],
+                 context: BuildContext):
+        """``checked``: what :func:`check_objectives` returned for the run's config."""
+        context = dataclasses.replace(context, objectives=tuple(checked))
         self.selected = [Selected(name, spec.build(options, context), schedule)
-                         for name, (spec, schedule, options)
-                         in check_objectives(objectives_cfg, plugins).items()]
+                         for name, (spec, schedule, options) in checked.items()]
         self.example_builder = self._exclusive("example_builder", "build examples from documents")
         self.batch_transform = self._exclusive("batch_transform", "corrupt the batch")
         self.heads = self._heads()

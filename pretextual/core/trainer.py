@@ -158,7 +158,7 @@ class Trainer:
         # Checked before any tokenizing or training, so a typo does not cost the run.
         _check_output_dir(self.out)
         self.export_formats = _export_formats(cfg.trainer.export, self.plugins)
-        check_objectives(cfg.objectives, self.plugins)
+        objectives = check_objectives(cfg.objectives, self.plugins)
         self.resuming = resume
         if not (resume and list_checkpoints(self.out / "checkpoints")):
             self._check_fresh_run_dir()
@@ -172,7 +172,7 @@ class Trainer:
         self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
                                has_word_boundaries(self.tokenizer))
-        self.mix = ObjectiveMix(cfg.objectives, self.plugins, context)
+        self.mix = ObjectiveMix(objectives, context)
 
         train_docs, eval_docs = split_documents(docs, cfg.data.eval_fraction)
         builder = self.mix.example_builder or full_sentences(cfg.data.max_seq_length, self.vocab)

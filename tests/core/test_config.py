@@ -6,7 +6,7 @@ import pytest
 
 from pretextual.cli import main
 from pretextual.core.config import load_config, objective_options, recipe_names, reference_markdown
-from pretextual.core.mix import ObjectiveMix
+from pretextual.core.mix import ObjectiveMix, check_objectives
 from pretextual.core.encoder import preset_config
 from pretextual.errors import ConfigError
 from pretextual.objectives.mlm import MLMOptions
@@ -20,7 +20,7 @@ VOCAB = Vocab(size=100, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4, speci
 def mix(*overrides, recipe="roberta"):
     cfg = load_config(recipe, list(overrides))
     context = BuildContext(preset_config("tiny", vocab_size=100), VOCAB, 64, True)
-    return ObjectiveMix(cfg.objectives, Plugins(), context)
+    return ObjectiveMix(check_objectives(cfg.objectives, Plugins()), context)
 
 
 def test_recipes_are_shipped_and_default_is_bert():
