@@ -23,7 +23,9 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
 
+from pretextual.core.tokenizer import tokenizer_sha256
 from pretextual.errors import CheckpointError
 
 FORMAT_VERSION = 2
@@ -55,6 +57,15 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], param_groups: list) -
             param, key = name[len("state."):].rsplit(".", 1)
             state.setdefault(param, {})[key] = value
     return {"state": state, "param_groups": param_groups}
+
+
+def check_tokenizer(checkpoint: Path, meta: dict, tokenizer: Tokenizer, file: Path) -> None:
+    """CheckpointError naming ``file`` unless ``tokenizer`` (read from it) is the one the
+    checkpoint's trainer.json recorded; a checkpoint written without the record passes."""
+    recorded = meta.get("tokenizer_sha256")
+    if recorded is not None and recorded != tokenizer_sha256(tokenizer):
+        raise CheckpointError(f"{file}: is not the tokenizer {checkpoint} was trained with (its "
+                              f"sha256 differs from {STATE_FILE}'s); it belongs to another run")
 
 
 @dataclass

@@ -21,8 +21,9 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from tqdm import tqdm
 
 import pretextual
-from pretextual.core.checkpoint import (STATE_FILE, latest_checkpoint, list_checkpoints,
-                                        remove_partial_checkpoints, save_checkpoint)
+from pretextual.core.checkpoint import (STATE_FILE, check_tokenizer, latest_checkpoint,
+                                        list_checkpoints, remove_partial_checkpoints,
+                                        save_checkpoint)
 from pretextual.analysis.plot import RUN_PLOT
 from pretextual.core.config import MODEL_SIZES, to_yaml
 from pretextual.core.data import Batches, full_sentences, split_documents
@@ -96,14 +97,8 @@ def _resumed_tokenizer(out: Path) -> Tokenizer | None:
         meta = json.loads((checkpoints[-1] / STATE_FILE).read_text())
     except (OSError, ValueError):
         meta = {}
-    _check_trained_with(checkpoints[-1], meta, tokenizer, file)
+    check_tokenizer(checkpoints[-1], meta, tokenizer, file)
     return tokenizer
-
-
-def _check_trained_with(ckpt: Path, meta: dict, tokenizer: Tokenizer, file: Path) -> None:
-    """CheckpointError unless ``tokenizer`` is the one the checkpoint recorded (when it did)."""
-    if meta.get("tokenizer_sha256", tokenizer_sha256(tokenizer)) != tokenizer_sha256(tokenizer):
-        raise CheckpointError(f"{ckpt}: was trained with another tokenizer than {file}")
 
 
 def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
@@ -304,7 +299,7 @@ class Trainer:
         if ckpt.meta["encoder_config"] != self.encoder_config.to_dict():
             raise CheckpointError(f"{ckpt.path}: was written for a different model "
                                   f"({ckpt.meta['encoder_config']}); check model.* and data.*")
-        _check_trained_with(ckpt.path, ckpt.meta, self.tokenizer, self.out / TOKENIZER_FILE)
+        check_tokenizer(ckpt.path, ckpt.meta, self.tokenizer, self.out / TOKENIZER_FILE)
         state = ckpt.model_state()
         expected = set(get_model_state_dict(self.model).keys())
         if set(state) != expected:

@@ -10,9 +10,10 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
 import pretextual
-from pretextual.core.checkpoint import MODEL_FILE, STATE_FILE, Checkpoint, list_checkpoints, open_checkpoint
+from pretextual.core.checkpoint import (MODEL_FILE, STATE_FILE, Checkpoint, check_tokenizer,
+                                        list_checkpoints, open_checkpoint)
 from pretextual.core.encoder import BertModel, EncoderConfig
-from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer, tokenizer_sha256, vocab_of
+from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer, vocab_of
 from pretextual.errors import CheckpointError
 from pretextual.exporters.hf import with_post_processor
 from pretextual.plugins.api import ExportedModel
@@ -98,9 +99,5 @@ def _run_tokenizer(ckpt: Checkpoint, config: EncoderConfig) -> Tokenizer:
     if tokenizer.get_vocab_size() != config.vocab_size:
         raise CheckpointError(f"{file}: has {tokenizer.get_vocab_size()} tokens but the checkpoint's "
                               f"encoder has {config.vocab_size}; it belongs to another run")
-    # Checkpoints record their tokenizer's sha256; one written without it is checked by size only.
-    trained_with = ckpt.meta.get("tokenizer_sha256")
-    if trained_with is not None and tokenizer_sha256(tokenizer) != trained_with:
-        raise CheckpointError(f"{file}: is not the tokenizer {ckpt.path} was trained with (its "
-                              f"sha256 differs from {STATE_FILE}'s); it belongs to another run")
+    check_tokenizer(ckpt.path, ckpt.meta, tokenizer, file)
     return with_post_processor(tokenizer)
