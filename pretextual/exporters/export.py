@@ -17,8 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pretextual.core.checkpoint import STATE_FILE, Checkpoint
-from pretextual.errors import CheckpointError, PluginError, PretextualError
+from pretextual.errors import PluginError, PretextualError
 from pretextual.exporters.hf import architecture, config_json, hf_counterpart, tokenizer_files
 from pretextual.exporters.load import CONFIG_FILE
 from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
@@ -75,13 +74,12 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
     out_dir = Path(out_dir)
     _check_out_dir(out_dir, ckpt.path, force)
     model = load_checkpoint_model(ckpt)
-    max_length = _trained_length(ckpt)
     options = ExportOptions(with_heads=with_heads, quantize=quantize)
     report = ExportReport(out_dir, ckpt.path, ckpt.step, model.metadata["objectives"])
 
     tmp = _make_temporary(out_dir)
     try:
-        written = set(write_common_files(model, tmp, with_heads, max_length))
+        written = set(write_common_files(model, tmp, with_heads))
         for spec in specs:
             start = time.perf_counter()
             summary = spec.export(model, tmp, options)
@@ -107,24 +105,13 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
     return report
 
 
-def _trained_length(ckpt: Checkpoint) -> int:
-    """The run's data.max_seq_length, from the config the checkpoint was written with:
-    the longest input the model was trained on (the position table may be longer)."""
-    try:
-        return int(ckpt.meta["config"]["data"]["max_seq_length"])
-    except (KeyError, TypeError, ValueError):
-        raise CheckpointError(f"{ckpt.path / STATE_FILE}: corrupt (no config.data.max_seq_length, "
-                              f"the sequence length the model was trained on)") from None
-
-
-def write_common_files(model: ExportedModel, out_dir: Path, with_heads: bool,
-                       max_length: int) -> list[str]:
+def write_common_files(model: ExportedModel, out_dir: Path, with_heads: bool) -> list[str]:
     """config.json and the tokenizer files, which every format's consumers read;
-    the tokenizer's model_max_length is ``max_length``, the trained sequence length."""
+    the tokenizer's model_max_length is the trained sequence length."""
     hf_heads = {name for name, t in model.heads.items() if hf_counterpart(name, t, model.config)}
     files = {CONFIG_FILE: json.dumps(config_json(model.config, architecture(
                  hf_heads if with_heads else set())), indent=2),
-             **tokenizer_files(model.tokenizer, max_length)}
+             **tokenizer_files(model.tokenizer, model.max_seq_length)}
     for name, text in files.items():
         (out_dir / name).write_text(text, encoding="utf-8")
     return list(files)

@@ -18,6 +18,7 @@ from tokenizers import Tokenizer, processors
 from pretextual.core.encoder import EncoderConfig
 from pretextual.core.tokenizer import vocab_of
 
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 ENCODER_PREFIX = "bert."  # Hugging Face's base_model_prefix, used when heads are written
 
 # Head name -> (Hugging Face prefix, shape of each tensor as a function of (hidden, vocab)).
@@ -99,7 +100,7 @@ def tokenizer_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, st
     if normalizer.get("type") == "BertNormalizer":
         config["do_lower_case"] = bool(normalizer.get("lowercase"))
     files = {"tokenizer.json": tokenizer.to_str(pretty=True),
-             "tokenizer_config.json": json.dumps(config, indent=2),
+             TOKENIZER_CONFIG_FILE: json.dumps(config, indent=2),
              "special_tokens_map.json": json.dumps(special_map, indent=2)}
     if wordpiece:
         by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])

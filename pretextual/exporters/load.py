@@ -8,9 +8,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from pretextual.core.encoder import EncoderConfig
 from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer
 from pretextual.errors import CheckpointError
-from pretextual.exporters.hf import ENCODER_PREFIX, HF_HEADS, encoder_config_from_json
+from pretextual.exporters.hf import (ENCODER_PREFIX, HF_HEADS, TOKENIZER_CONFIG_FILE,
+                                   encoder_config_from_json)
 from pretextual.exporters.source import build_encoder, read_tensors
 from pretextual.plugins.api import ExportedModel
 
@@ -50,9 +52,25 @@ def from_pretrained(path: str | Path) -> ExportedModel:
     tokenizer_file = path / TOKENIZER_FILE
     tokenizer = read_tokenizer(tokenizer_file)
     with safe_open(str(model_file), "pt") as f:
-        metadata = {k: v for k, v in (f.metadata() or {}).items() if k != "format"}
+        metadata = {k: v for k, v in sorted((f.metadata() or {}).items()) if k != "format"}
     metadata["heads"] = ",".join(sorted(heads))  # each file lists only its own
-    return ExportedModel(encoder=encoder, heads=heads, tokenizer=tokenizer, metadata=metadata)
+    return ExportedModel(encoder=encoder, heads=heads, tokenizer=tokenizer, metadata=metadata,
+                         max_seq_length=_model_max_length(path / TOKENIZER_CONFIG_FILE, config))
+
+
+def _model_max_length(file: Path, config: EncoderConfig) -> int:
+    """tokenizer_config.json's model_max_length (the trained length in pretextual's
+    exports); the position table's size where the file does not say."""
+    if not file.is_file():
+        return config.max_position_embeddings
+    try:
+        length = json.loads(file.read_text()).get("model_max_length")
+    except ValueError as exc:
+        raise CheckpointError(f"{file}: not valid JSON ({exc})") from None
+    # transformers writes a huge sentinel (int(1e30)) when no length is known
+    if type(length) is not int or not 0 < length <= config.max_position_embeddings:
+        return config.max_position_embeddings
+    return length
 
 
 def _split(tensors: dict[str, torch.Tensor], file: Path

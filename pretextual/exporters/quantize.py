@@ -22,19 +22,22 @@ from pretextual.plugins.api import ExportedModel, ExportSummary
 
 INT8_FILE = "model_quantized.onnx"
 MIN_COSINE = 0.99
-SAMPLE_TEXTS = 64
+SAMPLE_TOKENS = 8192  # about this many tokens are compared, at any trained length
 SAMPLE_BATCH = 16
-SAMPLE_TOKENS = 128
 TIMING_ROUNDS = 3
+CHARS_PER_TOKEN = 10  # more than any tokenizer's average, so a text fills ``length`` tokens
 
 
-def corpus_feeds(tokenizer: Tokenizer, pad_id: int, max_length: int) -> list[dict[str, np.ndarray]]:
-    """Padded batches of SAMPLE_TEXTS texts spread over the embedded corpus."""
-    docs = embedded_corpus()
-    step = max(1, len(docs) // SAMPLE_TEXTS)
-    texts = [" ".join(d.sentences[:3]) for d in docs[::step]][:SAMPLE_TEXTS]
+def corpus_feeds(tokenizer: Tokenizer, pad_id: int, length: int) -> list[dict[str, np.ndarray]]:
+    """Padded batches of texts spread over the embedded corpus, each cut at
+    ``length`` tokens (the trained length, so the check covers every position the
+    model was trained on): SAMPLE_TOKENS // length texts, at least SAMPLE_BATCH."""
+    sentences = [s for doc in embedded_corpus() for s in doc.sentences]
+    count = max(SAMPLE_BATCH, SAMPLE_TOKENS // length)
+    texts = [_text_from(sentences, start, CHARS_PER_TOKEN * length)
+             for start in range(0, len(sentences), max(1, len(sentences) // count))][:count]
     tok = Tokenizer.from_str(tokenizer.to_str())
-    tok.enable_truncation(max_length=min(SAMPLE_TOKENS, max_length))
+    tok.enable_truncation(max_length=length)
     tok.enable_padding(pad_id=pad_id, pad_token=tok.id_to_token(pad_id))
     feeds = []
     for start in range(0, len(texts), SAMPLE_BATCH):
@@ -43,6 +46,16 @@ def corpus_feeds(tokenizer: Tokenizer, pad_id: int, max_length: int) -> list[dic
                       "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
                       "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64)})
     return feeds
+
+
+def _text_from(sentences: list[str], start: int, chars: int) -> str:
+    """Consecutive sentences from ``start`` (on into the next documents) until ``chars`` long."""
+    end = start
+    total = 0
+    while end < len(sentences) and total < chars:
+        total += len(sentences[end]) + 1
+        end += 1
+    return " ".join(sentences[start:end])
 
 
 def token_cosines(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -73,8 +86,7 @@ def quantize_int8(model: ExportedModel, fp32_path: Path, external_data: bool) ->
     int8_size = sum((fp32_path.parent / f).stat().st_size for f in files)
 
     fp32, int8 = cpu_session(fp32_path), cpu_session(int8_path)
-    feeds = corpus_feeds(model.tokenizer, model.config.pad_token_id,
-                         model.config.max_position_embeddings)
+    feeds = corpus_feeds(model.tokenizer, model.config.pad_token_id, model.max_seq_length)
     cosines = np.concatenate([
         token_cosines(fp32.run(["last_hidden_state"], f)[0], int8.run(["last_hidden_state"], f)[0],
                       f["attention_mask"]) for f in feeds])
@@ -82,7 +94,8 @@ def quantize_int8(model: ExportedModel, fp32_path: Path, external_data: bool) ->
     int8_s = min(_timed_pass(int8, feeds) for _ in range(TIMING_ROUNDS))
     metrics = {"int8_size_ratio": int8_size / fp32_size, "int8_speedup": fp32_s / int8_s,
                "int8_cosine_mean": float(cosines.mean()), "int8_cosine_min": float(cosines.min()),
-               "int8_sample_tokens": int(cosines.size)}
+               "int8_sample_tokens": int(cosines.size),
+               "int8_sample_length": max(f["input_ids"].shape[1] for f in feeds)}
     if metrics["int8_cosine_mean"] < MIN_COSINE:
         raise PretextualError(f"onnx: int8 outputs drift from fp32: mean cosine "
                               f"{metrics['int8_cosine_mean']:.6f} < {MIN_COSINE} on "
@@ -97,7 +110,8 @@ def summary_lines(metrics: dict, batches: int) -> list[str]:
     lines = [f"{INT8_FILE}: dynamic int8, {metrics['int8_size_ratio']:.2f}x the fp32 size, "
              f"{metrics['int8_speedup']:.2f}x the fp32 ONNX speed, cosine to fp32 "
              f"{metrics['int8_cosine_mean']:.6f} (min {metrics['int8_cosine_min']:.6f}) over "
-             f"{metrics['int8_sample_tokens']} tokens of {batches} batches of the embedded corpus"]
+             f"{metrics['int8_sample_tokens']} tokens of {batches} batches of the embedded corpus "
+             f"(up to {metrics['int8_sample_length']} tokens a row)"]
     if round(metrics["int8_speedup"], 2) < 1:  # as printed: "1.00x" is not slower
         lines.append(f"warning: {INT8_FILE} ran slower than {ONNX_FILE} on this machine "
                      f"({metrics['int8_speedup']:.2f}x); it is kept as asked, but serve "

@@ -84,7 +84,17 @@ def load_checkpoint_model(ckpt: Checkpoint) -> ExportedModel:
                 "trained_with": str(ckpt.meta.get("pretextual_version", "")),
                 "objectives": ",".join(ckpt.meta.get("objectives", [])),
                 "heads": ",".join(sorted(heads)), "step": str(ckpt.step)}
-    return ExportedModel(encoder=encoder, heads=heads, tokenizer=tokenizer, metadata=metadata)
+    return ExportedModel(encoder=encoder, heads=heads, tokenizer=tokenizer, metadata=metadata,
+                         max_seq_length=_trained_length(ckpt))
+
+
+def _trained_length(ckpt: Checkpoint) -> int:
+    """The run's data.max_seq_length, from the config the checkpoint was written with."""
+    try:
+        return int(ckpt.meta["config"]["data"]["max_seq_length"])
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{ckpt.path / STATE_FILE}: corrupt (no config.data.max_seq_length, "
+                              f"the sequence length the model was trained on)") from None
 
 
 def _run_tokenizer(ckpt: Checkpoint, config: EncoderConfig) -> Tokenizer:

@@ -166,12 +166,15 @@ class ExportedModel:
     ``tokenizers.Tokenizer`` that adds [CLS]/[SEP] as the model was trained.
     ``metadata`` is str -> str: ``pretextual_version``, ``trained_with``,
     ``objectives`` and ``heads`` (comma-separated), ``step``.
+    ``max_seq_length`` is the longest input the model was trained on (the run's
+    ``data.max_seq_length``); the position table may be longer.
     """
 
     encoder: BertModel
     heads: dict[str, dict[str, torch.Tensor]]
     tokenizer: Any
     metadata: dict[str, str]
+    max_seq_length: int
 
     @property
     def config(self) -> EncoderConfig:

@@ -30,6 +30,24 @@ def test_encoder_export_loads_back_exactly(encoder_export, mlm_run):
     assert loaded.heads == {} and loaded.metadata["heads"] == ""
     assert loaded.metadata["step"] == "3" and loaded.metadata["objectives"] == "mlm"
     assert loaded.tokenizer.encode("Boat").ids[0] == loaded.tokenizer.token_to_id("[CLS]")
+    assert loaded.max_seq_length == 32  # the trained length (tiny_overrides), not the position table
+    assert list(loaded.metadata) == sorted(loaded.metadata)  # the same order every load
+
+
+@pytest.mark.parametrize("written, expected", [(None, 512), (int(1e30), 512), (True, 512), (16, 16)])
+def test_trained_length_falls_back_to_the_position_table(encoder_export, tmp_path, written, expected):
+    # A Hugging Face directory may hold no model_max_length, or transformers' "unknown" sentinel.
+    copy = tmp_path / "hf"
+    shutil.copytree(encoder_export, copy)
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    config.pop("model_max_length")
+    if written is not None:
+        config["model_max_length"] = written
+    (copy / "tokenizer_config.json").write_text(json.dumps(config))
+    assert json.loads((copy / "config.json").read_text())["max_position_embeddings"] == 512
+    assert from_pretrained(copy).max_seq_length == expected
+    (copy / "tokenizer_config.json").unlink()
+    assert from_pretrained(copy).max_seq_length == 512
 
 
 def test_heads_load_back_and_give_the_same_logits(full_export, mlm_run):

@@ -90,6 +90,7 @@ def test_int8_is_smaller_and_close_to_fp32(full_export, mlm_run):
     metrics = report.summaries["onnx"].metrics
     assert metrics["int8_size_ratio"] < 0.5
     assert metrics["int8_cosine_mean"] >= 0.99 and metrics["int8_sample_tokens"] > 1000
+    assert metrics["int8_sample_length"] == 32  # the trained length (tiny_overrides)
     assert np.isfinite(metrics["int8_speedup"]) and metrics["int8_speedup"] > 0
     lines = report.summaries["onnx"].lines
     line = next(l for l in lines if l.startswith("model_quantized.onnx"))
@@ -105,14 +106,25 @@ def test_int8_is_smaller_and_close_to_fp32(full_export, mlm_run):
         assert cosine.mean() >= 0.99
 
 
+@pytest.mark.parametrize("length", [32, 512])
+def test_int8_is_checked_on_text_as_long_as_the_model_was_trained_on(mlm_run, length):
+    tokenizer = run_tokenizer(mlm_run)
+    batches = quantize.corpus_feeds(tokenizer, 0, length)
+    masks = np.concatenate([f["attention_mask"] for f in batches])
+    assert all(f["input_ids"].shape[1] == length for f in batches)
+    assert (masks.sum(1) == length).mean() > 0.9  # nearly every row fills the trained length
+    assert abs(masks.sum() - quantize.SAMPLE_TOKENS) < 0.2 * quantize.SAMPLE_TOKENS
+    assert len(masks) >= quantize.SAMPLE_BATCH
+
+
 @pytest.mark.parametrize("speedup, warned", [(0.5, True), (0.98, True), (1.0, False), (1.7, False)])
 def test_an_int8_model_slower_than_fp32_is_kept_with_a_warning(speedup, warned):
     metrics = {"int8_size_ratio": 0.26, "int8_speedup": speedup, "int8_cosine_mean": 0.999998,
-               "int8_cosine_min": 0.99999, "int8_sample_tokens": 3829}
+               "int8_cosine_min": 0.99999, "int8_sample_tokens": 3829, "int8_sample_length": 128}
     lines = quantize.summary_lines(metrics, 4)
     assert lines[0] == (f"model_quantized.onnx: dynamic int8, 0.26x the fp32 size, {speedup:.2f}x "
                         f"the fp32 ONNX speed, cosine to fp32 0.999998 (min 0.999990) over 3829 "
-                        f"tokens of 4 batches of the embedded corpus")
+                        f"tokens of 4 batches of the embedded corpus (up to 128 tokens a row)")
     if warned:
         assert lines[1:] == [f"warning: model_quantized.onnx ran slower than model.onnx on this "
                              f"machine ({speedup:.2f}x); it is kept as asked, but serve model.onnx "
