@@ -90,7 +90,8 @@ def _open(path: Path):
 
 
 def _decode(raw: bytes, path: Path, offset: int) -> str:
-    """UTF-8 text of the bytes read at ``offset``; binary or mis-encoded bytes are a DataError."""
+    """UTF-8 text of the bytes read at ``offset``, without the byte-order mark some
+    editors write at the start of a file; binary or mis-encoded bytes are a DataError."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -100,7 +101,7 @@ def _decode(raw: bytes, path: Path, offset: int) -> str:
     if nul >= 0:  # valid UTF-8, but text never holds NUL: a binary file or UTF-16 text
         raise DataError(f"{path}: a binary file, not text (NUL byte at offset {offset + nul}; "
                         f"UTF-16 text must be converted to UTF-8)")
-    return text
+    return text[1:] if offset == 0 and text.startswith("\ufeff") else text
 
 
 def _complete_utf8(raw: bytes) -> int:
@@ -186,7 +187,12 @@ def _jsonl_documents(f, path: Path, text_field: str, start: int, end: int | None
         except (KeyError, TypeError):
             raise DataError(f"{path}:{_line_number(path, offset)}: no {text_field!r} field "
                             f"(set data.text_field)") from None
-        sentences = [s for p in str(text).splitlines() if p.strip()
+        if text is None:  # a record without text, like an empty one
+            continue
+        if not isinstance(text, str):
+            raise DataError(f"{path}:{_line_number(path, offset)}: field {text_field!r} is "
+                            f"{type(text).__name__}, not a string (set data.text_field)")
+        sentences = [s for p in text.splitlines() if p.strip()
                      for s in split_sentences(" ".join(p.split()))]
         if sentences:
             yield Document(sentences, f"{path}@{offset}")

@@ -46,12 +46,17 @@ def read_tokenizer(path: str | Path) -> Tokenizer:
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """data.tokenizer: a tokenizer.json that has every special token a run needs
-    (:func:`vocab_of`), with a one-line error naming the file."""
+    (:func:`vocab_of`), with a one-line error naming the file. Padding and truncation
+    saved in the file are turned off: the corpus is tokenized a whole sentence at a
+    time, and the data pipeline packs, cuts and pads examples itself (a saved
+    truncation would cut every sentence, a saved padding put [PAD] inside the text)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data.tokenizer: no such file: {path}")
     tokenizer = read_tokenizer(path)
     vocab_of(tokenizer, f"data.tokenizer: {path}")
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
     return tokenizer
 
 

@@ -84,6 +84,23 @@ def test_bad_jsonl_names_the_line(tmp_path):
         read_corpus(str(path))
 
 
+def test_jsonl_text_must_be_a_string_and_null_is_no_document(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "Kept. Two sentences."}\n{"text": null}\n{"text": ""}\n')
+    assert [d.sentences for d in read_corpus(str(path))] == [["Kept.", "Two sentences."]]
+    path.write_text('{"text": "ok."}\n{"text": 12345}\n')
+    with pytest.raises(DataError, match=r"c\.jsonl:2: field 'text' is int, not a string"):
+        read_corpus(str(path))
+
+
+@pytest.mark.parametrize("name, body", [("c.txt", "First. Second.\n"),
+                                        ("c.jsonl", '{"text": "First. Second."}\n')])
+def test_a_utf8_byte_order_mark_is_not_text(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())  # what Windows editors write
+    assert [d.sentences for d in read_corpus(str(path))] == [["First.", "Second."]]
+
+
 def test_full_sentences_packs_up_to_the_length_and_splits_long_sentences():
     text = ["alpha beta gamma delta " * 30, "short one", "another short sentence"]
     tokenizer = train_wordpiece(text, 100)
@@ -147,6 +164,31 @@ def test_second_run_uses_the_cache(corpus_file, tmp_path):
     messages.clear()
     tok, docs = tokenized_corpus(cfg.data, log=messages.append)
     assert messages == [] and len(docs) == 60 and 200 < tok.get_vocab_size() <= 250
+
+
+def test_a_tokenizer_file_saved_with_padding_or_truncation_tokenizes_whole_sentences(corpus_file, tmp_path):
+    # tokenizer.json files saved after enable_padding / enable_truncation (as sentence-transformers
+    # exports are) must not cut the corpus's sentences or put [PAD] inside the text.
+    from tokenizers import Tokenizer
+    from pretextual.core.config import load_config
+
+    def docs_with(tokenizer_file, cache):
+        cfg = load_config("roberta", [f"data.corpus={corpus_file}", f"data.cache_dir={tmp_path / cache}",
+                                      f"data.tokenizer={tokenizer_file}"])
+        _, docs = tokenized_corpus(cfg.data, log=lambda *_: None)
+        return [[docs.sentence(d, i)[0].tolist() for i in range(docs.num_sentences(d))]
+                for d in range(len(docs))]
+
+    plain = tmp_path / "plain.json"
+    train_wordpiece([s for d in read_corpus(str(corpus_file)) for s in d.sentences], 250).save(str(plain))
+    saved = Tokenizer.from_file(str(plain))
+    saved.enable_padding(pad_id=saved.token_to_id("[PAD]"), pad_token="[PAD]", length=48)
+    saved.enable_truncation(max_length=6)
+    configured = tmp_path / "configured.json"
+    saved.save(str(configured))
+    expected = docs_with(plain, "a")
+    assert max(len(s) for d in expected for s in d) > 6
+    assert docs_with(configured, "b") == expected
 
 
 def test_long_documents_are_reported_and_split(tmp_path, cache_dir, tiny_config):
