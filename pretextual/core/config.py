@@ -212,6 +212,20 @@ def _read_yaml(source: str) -> DictConfig:
     return loaded
 
 
+def _list_for_mapping(schema, loaded, prefix: str = "") -> str:
+    """The first key where ``loaded`` holds a list and ``schema`` a mapping ("" if none):
+    what OmegaConf's "Cannot merge incompatible container types" does not name."""
+    for key, value in loaded.items_ex(resolve=False) if isinstance(loaded, DictConfig) else ():
+        target = schema.get(key) if isinstance(schema, DictConfig) else None
+        if isinstance(target, DictConfig):
+            if not isinstance(value, DictConfig):
+                return f"{prefix}{key}"
+            found = _list_for_mapping(target, value, f"{prefix}{key}.")
+            if found:
+                return found
+    return ""
+
+
 def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split("\n    full_key")[0].split())
 
@@ -234,7 +248,7 @@ def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         try:
             dotlist = OmegaConf.from_dotlist([f"{key}={value}"])
             cfg = OmegaConf.merge(cfg, dotlist)
-        except OmegaConfBaseException as exc:
+        except (OmegaConfBaseException, TypeError) as exc:  # TypeError: a list for a mapping
             raise ConfigError(f"{key}: {_one_line(exc)}") from None
     return cfg
 
@@ -257,11 +271,13 @@ def load_config(source: Optional[str] = None, overrides: tuple[str, ...] | list[
     """The resolved, type-checked config: schema defaults, then the recipe or YAML
     file (``bert`` when none), then the overrides. Errors are one ConfigError line."""
     schema = OmegaConf.structured(Config)
+    loaded = _read_yaml(source or DEFAULT_RECIPE)
     try:
-        cfg = OmegaConf.merge(schema, _read_yaml(source or DEFAULT_RECIPE))
-    except OmegaConfBaseException as exc:
-        key = f"{exc.full_key}: " if getattr(exc, "full_key", None) else ""
-        raise ConfigError(f"{source or DEFAULT_RECIPE}: {key}{_one_line(exc)}") from None
+        cfg = OmegaConf.merge(schema, loaded)
+    except (OmegaConfBaseException, TypeError) as exc:  # TypeError: a list for a mapping
+        key = getattr(exc, "full_key", None) or _list_for_mapping(schema, loaded)
+        raise ConfigError(f"{source or DEFAULT_RECIPE}: {f'{key}: ' if key else ''}"
+                          f"{_one_line(exc)}") from None
     cfg = _apply_overrides(cfg, list(overrides))
     validate(cfg)
     return cfg
@@ -346,9 +362,11 @@ def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple
     own = {k: v for k, v in raw.items() if k not in schedule_keys}
     schedule = _typed(name, WeightSchedule, {k: v for k, v in raw.items() if k in schedule_keys})
     for key in ("weight", "start_weight"):
-        if not getattr(schedule, key) >= 0:  # NaN fails too
-            raise ConfigError(f"objectives.{name}.{key} must not be negative, got "
-                              f"{getattr(schedule, key)}")
+        value = getattr(schedule, key)
+        if not math.isfinite(value):
+            raise ConfigError(f"objectives.{name}.{key} must be a finite number, got {value}")
+        if value < 0:
+            raise ConfigError(f"objectives.{name}.{key} must not be negative, got {value}")
     if schedule.schedule not in SCHEDULES:
         raise ConfigError(f"objectives.{name}.schedule: unknown schedule {schedule.schedule!r} "
                           f"(known: {', '.join(SCHEDULES)})")

@@ -445,9 +445,11 @@ class Trainer:
                 bad = [k for k, v in logs.items() if k.startswith("loss/") and not math.isfinite(v)]
                 message = (f"step {self.step + 1}: non-finite loss in {', '.join(bad) or 'loss'}")
                 if t.nonfinite == "stop":
-                    raise TrainingError(f"{message}; stopped, the last good checkpoint in "
-                                        f"{self.out / 'checkpoints'} is kept "
-                                        f"(trainer.nonfinite=skip skips such batches)")
+                    kept = list_checkpoints(self.out / "checkpoints")
+                    raise TrainingError(f"{message}; stopped, "
+                                        + (f"the last good checkpoint {kept[-1]} is kept" if kept
+                                           else "no checkpoint had been written yet")
+                                        + " (trainer.nonfinite=skip skips such batches)")
                 self.log(f"warning: {message}; batch skipped (trainer.nonfinite=skip)")
                 self.optimizer.zero_grad(set_to_none=True)
             else:

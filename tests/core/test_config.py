@@ -117,6 +117,10 @@ def test_bad_yaml_file_names_the_file_and_the_key(tmp_path):
     typo.write_text("trainer:\n  lr: fast\n")
     with pytest.raises(ConfigError, match=r"typo\.yaml: trainer\.lr: .*'fast'"):
         load_config(str(typo))
+    listed = tmp_path / "listed.yaml"  # a list where a mapping belongs: OmegaConf names no key
+    listed.write_text("objectives: [mlm, nsp]\n")
+    with pytest.raises(ConfigError, match=r"^.*listed\.yaml: objectives: Cannot merge incompatible"):
+        load_config(str(listed))
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00trainer")
     with pytest.raises(ConfigError, match=r"binary\.yaml: cannot read the config file"):
@@ -125,6 +129,9 @@ def test_bad_yaml_file_names_the_file_and_the_key(tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (["objectives.mlm.weight=-1"], r"objectives\.mlm\.weight must not be negative"),
+    (["objectives.mlm.weight=inf"], r"^objectives\.mlm\.weight must be a finite number, got inf$"),
+    (["objectives.mlm.start_weight=nan"], r"^objectives\.mlm\.start_weight must be a finite number, got nan$"),
+    (["objectives=[mlm]"], r"^objectives: Cannot merge incompatible container types$"),
     (["objectives.mlm.weight=0"], r"every weight is zero"),
     (["objectives.mlm.mask_probb=0.2"], r"objectives\.mlm\.mask_probb.*Did you mean"),
     (["objectives.mlm.mask_prob=high"], r"objectives\.mlm\.mask_prob"),

@@ -84,9 +84,18 @@ def test_nonfinite_loss_stops_naming_step_and_objective(tiny_config, tmp_path):
     cfg = tiny_config("roberta", "trainer.checkpoint_every=2", steps=6)
     trainer = Trainer(cfg, log=lambda *_: None)
     poison(trainer, 3, float("nan"))
-    with pytest.raises(TrainingError, match=r"step 3: non-finite loss in loss/mlm"):
+    with pytest.raises(TrainingError, match=r"step 3: non-finite loss in loss/mlm; stopped, the last "
+                                             r"good checkpoint .*step-0000002 is kept"):
         trainer.train()
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["step-0000002"]
+
+
+def test_nonfinite_loss_before_any_checkpoint_says_so(tiny_config, tmp_path):
+    trainer = Trainer(tiny_config("roberta", steps=6), log=lambda *_: None)
+    poison(trainer, 1, float("inf"))
+    with pytest.raises(TrainingError, match=r"step 1: non-finite loss in loss/mlm; stopped, no "
+                                             r"checkpoint had been written yet"):
+        trainer.train()
 
 
 def test_nonfinite_loss_can_skip_the_batch(tiny_config, tmp_path):
