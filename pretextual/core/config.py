@@ -407,6 +407,23 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def config_changes(old: dict, new: DictConfig) -> list[str]:
+    """``key: old -> new`` for every leaf that differs between a saved config (a plain
+    dict, as a checkpoint holds it) and ``new``, in key order; keys only one side has
+    show as ``(none)``."""
+    def leaves(node, prefix=""):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from leaves(value, f"{prefix}{key}.")
+        else:
+            yield prefix[:-1], node
+
+    before, after = dict(leaves(old)), dict(leaves(OmegaConf.to_container(new)))
+    missing = "(none)"
+    return [f"{key}: {before.get(key, missing)} -> {after.get(key, missing)}"
+            for key in sorted(before.keys() | after.keys()) if before.get(key, missing) != after.get(key, missing)]
+
+
 def to_yaml(cfg: DictConfig) -> str:
     """The config as YAML: what `pretextual config` prints and a run saves as config.yaml."""
     return OmegaConf.to_yaml(cfg)

@@ -25,7 +25,7 @@ from pretextual.core.checkpoint import (STATE_FILE, check_tokenizer, latest_chec
                                         list_checkpoints, remove_partial_checkpoints,
                                         save_checkpoint)
 from pretextual.analysis.plot import RUN_PLOT
-from pretextual.core.config import MODEL_SIZES, to_yaml
+from pretextual.core.config import MODEL_SIZES, config_changes, to_yaml
 from pretextual.core.data import Batches, full_sentences, split_documents
 from pretextual.core import distributed as dist_utils
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
@@ -162,7 +162,8 @@ class Trainer:
         too_long = docs.sentences_longer_than(cfg.data.max_seq_length - 2)
         if too_long:
             self.log(f"note: {too_long} sentences of {cfg.data.prepared or cfg.data.corpus} are longer "
-                     f"than data.max_seq_length={cfg.data.max_seq_length} tokens; they are split into pieces")
+                     f"than the {cfg.data.max_seq_length - 2} tokens that data.max_seq_length="
+                     f"{cfg.data.max_seq_length} leaves beside [CLS] and [SEP]; they are split into pieces")
         self.vocab = vocab_of(self.tokenizer)  # every tokenizer read from a file was checked there
         self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
@@ -308,8 +309,14 @@ class Trainer:
                                   f"{f' and {len(diff) - 1} more' if len(diff) > 1 else ''})")
         set_model_state_dict(self.model, state, options=FULL_STATE)
         tensors = ckpt.optimizer_tensors()
+        # The moments come from the checkpoint, the hyperparameters from this run's config
+        # (loading the state would bring back the old lr, betas, eps and weight decay).
+        configured = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
         set_optimizer_state_dict(self.model, self.optimizer, ckpt.optimizer_state(), options=FULL_STATE)
         self.scheduler.last_epoch = ckpt.meta["scheduler_last_epoch"]
+        factor = self._lr_factor(self.scheduler.last_epoch)
+        for group, settings, base in zip(self.optimizer.param_groups, configured, self.scheduler.base_lrs):
+            group.update(settings, lr=base * factor)
         self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
         rng = tensors.get(f"rng.torch.{self.world.rank}")
         if rng is not None:
@@ -318,6 +325,10 @@ class Trainer:
             torch.manual_seed(self.cfg.trainer.seed + 7919 * self.world.rank + ckpt.step)
         self.step = ckpt.step
         self.log(f"resumed from {ckpt.path} at step {self.step}")
+        changes = config_changes(ckpt.meta.get("config", {}), self.cfg)
+        if changes and self.step < self.cfg.trainer.max_steps:
+            self.log(f"note: the config differs from the checkpoint's, and the run goes on with "
+                     f"the new values (config.yaml records them): {'; '.join(changes)}")
         return True
 
     # --- loop ------------------------------------------------------------------------------
@@ -423,6 +434,10 @@ class Trainer:
         resumed = self.resume() if self.resuming else False
         if self.resuming and not resumed:
             self.log(f"no checkpoint in {self.out / 'checkpoints'}; starting from scratch")
+        if resumed and self.step >= t.max_steps:  # the run directory stays as it is
+            self.log(f"nothing to train: the checkpoint is at step {self.step} and "
+                     f"trainer.max_steps={t.max_steps} (raise trainer.max_steps to train on)")
+            return {}
         self.start_step = self.step
         self._start_run_dir(resumed)
         weights = ", ".join(f"{n} (weight {w:g})" for n, w in self.mix.weights(self.step).items())

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-from pretextual.core.checkpoint import list_checkpoints
+from pretextual.core.checkpoint import list_checkpoints, open_checkpoint
 from pretextual.core.trainer import Trainer
 from pretextual.plugins.hookspecs import hookimpl
 from pretextual.plugins.manager import Plugins
@@ -78,11 +78,44 @@ def test_resume_matches_an_uninterrupted_run(tiny_config, tmp_path):
     messages = []
     Trainer(cut, log=messages.append, resume=True).train()
     assert any("resumed from" in m and "step-0000003" in m for m in messages)
+    assert not any("differs from the checkpoint" in m for m in messages)
     wa, wb = final_weights(tmp_path / "straight"), final_weights(tmp_path / "cut")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     straight_losses = [l["loss"] for l in read_metrics(tmp_path / "straight") if "loss/mlm" in l]
     cut_losses = [l["loss"] for l in read_metrics(tmp_path / "cut") if "loss/mlm" in l]
     assert cut_losses == straight_losses
+
+
+def test_resume_goes_on_with_the_new_optimizer_settings_and_says_what_changed(tiny_config, tmp_path):
+    Trainer(tiny_config("roberta", steps=4), log=lambda *_: None).train()
+    changed = tiny_config("roberta", "trainer.lr=0.01", "trainer.weight_decay=0.5",
+                          "trainer.adam_beta1=0.5", "trainer.checkpoint_every=8", steps=8)
+    messages = []
+    Trainer(changed, log=messages.append, resume=True).train()
+    note = next(m for m in messages if "differs from the checkpoint" in m)
+    for change in ("trainer.adam_beta1: 0.9 -> 0.5", "trainer.lr: 0.001 -> 0.01",
+                   "trainer.max_steps: 4 -> 8", "trainer.weight_decay: 0.01 -> 0.5"):
+        assert change in note
+    # The new peak on the new schedule from the first resumed step (warm-up 2, decay to step 8).
+    lrs = {l["step"]: l["lr"] for l in read_metrics(tmp_path / "run") if "lr" in l}
+    assert lrs[5] == pytest.approx(0.01 * (8 - 4) / (8 - 2))
+    assert lrs[6] == pytest.approx(0.01 * (8 - 5) / (8 - 2))
+    groups = open_checkpoint(tmp_path / "run" / "checkpoints" / "step-0000008").meta["param_groups"]
+    assert sorted(g["weight_decay"] for g in groups) == [0.0, 0.5]
+    assert all(g["betas"][0] == 0.5 and g["initial_lr"] == 0.01 for g in groups)
+    assert "lr: 0.01" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_resume_beyond_max_steps_trains_nothing_and_leaves_the_run_as_it_is(tiny_config, tmp_path):
+    Trainer(tiny_config("roberta", steps=4), log=lambda *_: None).train()
+    run = tmp_path / "run"
+    before = {name: (run / name).read_text() for name in ("config.yaml", "metrics.jsonl")}
+    messages = []
+    assert Trainer(tiny_config("roberta", steps=3), log=messages.append, resume=True).train() == {}
+    assert any("nothing to train: the checkpoint is at step 4 and trainer.max_steps=3" in m
+               for m in messages)
+    assert {name: (run / name).read_text() for name in before} == before
+    assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["step-0000004"]
 
 
 def test_checkpoints_keep_the_latest_k(tiny_config, tmp_path):
