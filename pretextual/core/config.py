@@ -62,7 +62,7 @@ class DataConfig:
     batch_size: int = 32
     """Examples per micro-batch."""
     eval_fraction: float = 0.05
-    """Share of documents held out for evaluation."""
+    """Share of documents held out for evaluation: at least 2, and 2 kept for training, so none below 4 documents."""
     cache_dir: str = "~/.cache/pretextual"
     """Where tokenizers and tokenized corpora are cached between runs."""
     num_workers: int = 0

@@ -252,14 +252,26 @@ class TokenizedDocuments:
         return int(np.isin(np.concatenate(found), self.documents).sum())
 
 
+MIN_SPLIT_DOCUMENTS = 2
+"""Fewest documents on either side of a held-out split: pair objectives (NSP) draw a
+random segment from another document."""
+
+
+def held_out_count(documents: int, eval_fraction: float) -> int:
+    """How many documents :func:`split_documents` holds out: ``eval_fraction`` of them,
+    rounded, but at least MIN_SPLIT_DOCUMENTS on each side, so none when the corpus has
+    fewer than twice that many (or ``eval_fraction`` is 0)."""
+    if eval_fraction <= 0 or documents < 2 * MIN_SPLIT_DOCUMENTS:
+        return 0
+    return min(max(int(round(documents * eval_fraction)), MIN_SPLIT_DOCUMENTS),
+               documents - MIN_SPLIT_DOCUMENTS)
+
+
 def split_documents(docs: TokenizedDocuments, eval_fraction: float, seed: int = 0
                     ) -> tuple[TokenizedDocuments, TokenizedDocuments]:
-    """A held-out split by whole documents: at least two held out (pair objectives need two)
-    and at least two kept for training, when the corpus has that many."""
+    """(training, held-out) documents, split by whole documents (:func:`held_out_count`)."""
     order = np.random.default_rng(seed).permutation(len(docs))
-    n_eval = int(round(len(docs) * eval_fraction))
-    if eval_fraction > 0 and len(docs) > 1:
-        n_eval = min(max(n_eval, 2), len(docs) // 2)
+    n_eval = held_out_count(len(docs), eval_fraction)
     return docs.subset(np.sort(order[n_eval:])), docs.subset(np.sort(order[:n_eval]))
 
 

@@ -26,7 +26,7 @@ from pretextual.core.checkpoint import (STATE_FILE, check_tokenizer, latest_chec
                                         save_checkpoint)
 from pretextual.analysis.plot import RUN_PLOT
 from pretextual.core.config import MODEL_SIZES, config_changes, to_yaml
-from pretextual.core.data import Batches, full_sentences, split_documents
+from pretextual.core.data import MIN_SPLIT_DOCUMENTS, Batches, full_sentences, split_documents
 from pretextual.core import distributed as dist_utils
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
 from pretextual.core.fastpath import keep_freed_memory
@@ -133,6 +133,10 @@ class _MixForward(torch.nn.Module):
         return self.mix.loss(self.model, batch, step)
 
 
+def _documents(n: int) -> str:
+    return f"{n} document{'' if n == 1 else 's'}"
+
+
 class Trainer:
     """One training run, set up from a resolved config.
 
@@ -171,6 +175,7 @@ class Trainer:
         self.mix = ObjectiveMix(objectives, context)
 
         train_docs, eval_docs = split_documents(docs, cfg.data.eval_fraction)
+        self._log_split(len(docs), len(eval_docs))
         builder = self.mix.example_builder or full_sentences(cfg.data.max_seq_length, self.vocab)
         seed = cfg.trainer.seed
         self.train_batches = Batches(train_docs, builder, self.mix.batch_transform, self.vocab,
@@ -178,13 +183,19 @@ class Trainer:
         self.eval_batches = Batches(eval_docs, builder, self.mix.batch_transform, self.vocab,
                                     cfg.data.batch_size, seed + EVAL_SEED_OFFSET,
                                     drop_last=False) if len(eval_docs) else None
-        try:  # build the first epochs now, so bad data fails before any step
-            self.train_batches.locate(0)
-            if self.eval_batches is not None:
-                self.eval_batches.available(1)
-        except ValueError as exc:
-            raise DataError(f"data.corpus: too little text for data.batch_size="
-                            f"{cfg.data.batch_size}: {exc}") from None
+        # Build the first epochs now, so bad data fails before any step, naming the split.
+        for build, split in ((lambda: self.train_batches.locate(0),
+                              f"the training split: {_documents(len(train_docs))}"),
+                             (lambda: self.eval_batches and self.eval_batches.available(1),
+                              f"the held-out split: {_documents(len(eval_docs))}, "
+                              f"data.eval_fraction={cfg.data.eval_fraction}")):
+            try:
+                build()
+            except ValueError as exc:
+                raise DataError(f"data.corpus: too little text for data.batch_size="
+                                f"{cfg.data.batch_size} ({split}): {exc}") from None
+            except DataError as exc:
+                raise DataError(f"{exc} ({split})") from None
 
         torch.manual_seed(seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
@@ -212,6 +223,18 @@ class Trainer:
         self.start_step = 0  # the step train() started from: 0, or the resumed checkpoint's
         # "time" in metrics.jsonl: seconds since the run started, continued across resumes.
         self._started, self._time_offset = time.perf_counter(), 0.0
+
+    def _log_split(self, documents: int, held_out: int) -> None:
+        """Say when the held-out split is empty or far larger than data.eval_fraction asks."""
+        fraction = self.cfg.data.eval_fraction
+        if fraction > 0 and held_out == 0:
+            self.log(f"warning: no held-out split, so no evaluation: the corpus has "
+                     f"{_documents(documents)}, and a split keeps at least "
+                     f"{MIN_SPLIT_DOCUMENTS} on each side (a document ends at a blank line)")
+        elif held_out > max(2 * fraction * documents, 1):
+            self.log(f"note: {held_out} of the corpus's {documents} documents are held out for "
+                     f"evaluation ({held_out / documents:.0%}; data.eval_fraction={fraction}), "
+                     f"the fewest a split keeps")
 
     def _lr_factor(self, step: int) -> float:
         t = self.cfg.trainer

@@ -74,8 +74,7 @@ def next_sentence_pairs(options: NSPOptions, max_seq_length: int, vocab: Vocab) 
         others = [doc for doc, sents in enumerate(sentences) if sents]
         if len(others) < 2:
             raise DataError(f"objectives.nsp needs at least two documents (a random next "
-                            f"segment comes from another document), got {len(others)}; so does "
-                            f"the held-out split (data.eval_fraction)")
+                            f"segment comes from another document), got {len(others)}")
         examples: list[Example] = []
         for doc, sents in enumerate(sentences):
             # Google draws the target once per document.

@@ -65,8 +65,9 @@ def train(corpus_file, cache_dir, out, *extra, steps=2, recipe="roberta"):
     ("nul.txt", b"Text with a NUL\x00 in it.\n", r"nul\.txt: a binary file, not text \(NUL byte at offset 15; "
                                                  r"UTF-16 text must be converted to UTF-8\)"),
     ("utf16.txt", "Hello.".encode("utf-16"), r"utf16\.txt: not UTF-8 text \(byte 0xff at offset 0\)"),
-    ("one.txt", b"Only one sentence here.\n", r"data\.corpus: too little text for data\.batch_size=8: "
-                                               r"an epoch holds 1 examples, fewer than one batch of 8"),
+    ("one.txt", b"Only one sentence here.\n", r"data\.corpus: too little text for data\.batch_size=8 \(the "
+                                               r"training split: 1 document\): an epoch holds 1 "
+                                               r"examples, fewer than one batch of 8"),
 ])
 def test_bad_corpus_files_lose_nothing(saved, cache_dir, tmp_path, capsys, name, content, message):
     out, before = saved

@@ -191,6 +191,31 @@ def test_a_tokenizer_file_saved_with_padding_or_truncation_tokenizes_whole_sente
     assert docs_with(configured, "b") == expected
 
 
+@pytest.mark.parametrize("documents, held_out, said", [  # bert: NSP needs 2 documents a side
+    (1, 0, "warning: no held-out split, so no evaluation: the corpus has 1 document, and a "
+           "split keeps at least 2 on each side (a document ends at a blank line)"),
+    (3, 0, "warning: no held-out split, so no evaluation: the corpus has 3 documents"),
+    (4, 2, "note: 2 of the corpus's 4 documents are held out for evaluation (50%; "
+           "data.eval_fraction=0.05), the fewest a split keeps"),
+    (100, 5, None),
+])
+def test_the_held_out_split_keeps_two_documents_a_side_and_says_when_it_differs(
+        tmp_path, tiny_config, documents, held_out, said):
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("\n".join(" ".join(f"Document {d} sentence {s} has words." for s in range(40)) + "\n"
+                                for d in range(documents)))
+    messages = []
+    recipe = "roberta" if documents == 1 else "bert"
+    trainer = Trainer(tiny_config(recipe, f"data.corpus={corpus}", "data.eval_fraction=0.05"),
+                      log=messages.append)
+    assert (trainer.eval_batches is not None) == (held_out > 0)
+    split = [m for m in messages if "held-out split" in m or "held out for evaluation" in m]
+    assert split == ([] if said is None else [next(m for m in split if m.startswith(said))])
+    if held_out:
+        assert len(trainer.eval_batches.docs) == held_out
+        assert len(trainer.train_batches.docs) == documents - held_out
+
+
 def test_long_documents_are_reported_and_split(tmp_path, cache_dir, tiny_config):
     long = tmp_path / "long.txt"
     long.write_text(("word " * 400 + "\n\n") * 20)
