@@ -129,6 +129,20 @@ def cmd_ablate(args) -> int:
 STRICT_PLUGINS_HELP = "fail when a plugin cannot be loaded instead of skipping it"
 
 
+def _positive(kind: type):
+    """An argparse type: a finite number of ``kind`` above zero."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand; each sets ``func``, the cmd_* function that runs it."""
     parser = argparse.ArgumentParser(prog="pretextual", description=__doc__)
@@ -161,11 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--cased", action="store_true",
                          help="do not lower-case in the trained tokenizer (data.lowercase=false)")
     prepare.add_argument("--text-field", metavar="NAME", help="text field of .jsonl files")
-    prepare.add_argument("--workers", type=int, metavar="N",
+    prepare.add_argument("--workers", type=_positive(int), metavar="N",
                          help="tokenizing processes (default: one per CPU)")
-    prepare.add_argument("--shard-mb", type=float, default=16, metavar="MB",
+    prepare.add_argument("--shard-mb", type=_positive(float), default=16, metavar="MB",
                          help="text per shard (default: 16)")
-    prepare.add_argument("--sample-mb", type=float, default=16, metavar="MB",
+    prepare.add_argument("--sample-mb", type=_positive(float), default=16, metavar="MB",
                          help="text from the start of the corpus to train the tokenizer on (default: 16)")
     prepare.set_defaults(func=cmd_prepare)
 

@@ -94,9 +94,8 @@ def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None
     if tokenizer is None and data_cfg.tokenizer:
         tokenizer = load_tokenizer(data_cfg.tokenizer)
     elif tokenizer is None:
-        log(f"training a WordPiece tokenizer (vocab {data_cfg.vocab_size}) on {len(docs)} documents")
-        tokenizer = train_wordpiece((s for d in docs for s in d.sentences), data_cfg.vocab_size,
-                                    data_cfg.lowercase)
+        tokenizer = _train_tokenizer((s for d in docs for s in d.sentences), data_cfg,
+                                     f"{len(docs)} documents", log)
     tokenized = TokenizedDocuments.from_documents(docs, tokenizer)
     if len(tokenized.ids) == 0:
         raise DataError(f"data.corpus: {data_cfg.corpus} gives no tokens")
@@ -174,13 +173,24 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
     if data_cfg.tokenizer:
         tokenizer = given
     else:
-        log(f"training a WordPiece tokenizer (vocab {data_cfg.vocab_size}) on the first "
-            f"{sample_bytes / MB:.3g} MB of {corpus}")
-        tokenizer = train_wordpiece(_sample_sentences(corpus, data_cfg.text_field, sample_bytes),
-                                    data_cfg.vocab_size, data_cfg.lowercase)
+        tokenizer = _train_tokenizer(_sample_sentences(corpus, data_cfg.text_field, sample_bytes),
+                                     data_cfg, f"the first {sample_bytes / MB:.3g} MB of {corpus}", log)
     text = tokenizer.to_str()
     recipe["sha256"] = hashlib.sha256(text.encode()).hexdigest()
     _write_outputs({tokenizer_file: text, recipe_file: json.dumps(recipe)})
+    return tokenizer
+
+
+def _train_tokenizer(sentences, data_cfg, what: str, log):
+    """A WordPiece tokenizer of data.vocab_size trained on ``sentences``; a note when the
+    text gives another size (fewer pieces than asked, or more: its characters alone)."""
+    log(f"training a WordPiece tokenizer (vocab {data_cfg.vocab_size}) on {what}")
+    tokenizer = train_wordpiece(sentences, data_cfg.vocab_size, data_cfg.lowercase)
+    size = tokenizer.get_vocab_size()
+    if size != data_cfg.vocab_size:
+        why = ("the text holds no more distinct pieces" if size < data_cfg.vocab_size
+               else "every character of the text is a piece")
+        log(f"note: the tokenizer has {size:,} pieces, not data.vocab_size={data_cfg.vocab_size:,}: {why}")
     return tokenizer
 
 

@@ -99,6 +99,20 @@ def test_a_document_of_one_sentence_cannot_make_sentence_pairs(saved, cache_dir,
     assert snapshot(out) == before
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--sample-mb", "0", "argument --sample-mb: must be positive, got 0"),
+    ("--shard-mb", "-1", "argument --shard-mb: must be positive, got -1"),
+    ("--shard-mb", "inf", "argument --shard-mb: must be positive, got inf"),
+    ("--workers", "0", "argument --workers: must be positive, got 0"),
+    ("--sample-mb", "lots", "argument --sample-mb: expected a number, got 'lots'"),
+])
+def test_prepare_refuses_sizes_that_are_not_positive(corpus_file, tmp_path, capsys, option, value, message):
+    with pytest.raises(SystemExit) as info:
+        main(["prepare", str(corpus_file), "--out", str(tmp_path / "out"), option, value])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_prepare_reports_a_bad_file_from_its_worker(corpus_file, tmp_path, capsys):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -154,6 +154,18 @@ def test_batches_are_a_function_of_seed_and_index(corpus_file, tmp_path):
                 and (a[0]["input_ids"] == a[1]["input_ids"]).all())
 
 
+def test_a_tokenizer_smaller_than_data_vocab_size_is_said(corpus_file, tmp_path):
+    from pretextual.core.config import load_config
+    cfg = load_config("roberta", [f"data.corpus={corpus_file}", f"data.cache_dir={tmp_path}",
+                                  "data.vocab_size=50000"])
+    messages = []
+    tokenizer, _ = tokenized_corpus(cfg.data, log=messages.append)
+    size = tokenizer.get_vocab_size()
+    assert size < 50000
+    assert f"note: the tokenizer has {size:,} pieces, not data.vocab_size=50,000: the text holds no " \
+           f"more distinct pieces" in messages
+
+
 def test_second_run_uses_the_cache(corpus_file, tmp_path):
     from pretextual.core.config import load_config
     cfg = load_config("roberta", [f"data.corpus={corpus_file}", f"data.cache_dir={tmp_path}",
