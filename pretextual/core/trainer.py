@@ -412,19 +412,23 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean loss per objective and each metric over the held-out batches."""
+        """Mean loss per objective and each metric over the held-out batches, each batch
+        weighted by its examples (the last batch of the split may be smaller)."""
         if self.eval_batches is None:
             return {}
         self.model.eval()
         sums: dict[str, float] = {}
+        examples = 0
         n = self.eval_batches.available(self.cfg.trainer.eval_batches)
         for batch in self.loader(self.eval_batches, range(n)):
+            rows = batch["input_ids"].shape[0]
             with self._autocast():  # through the wrapper: FSDP must gather the sharded weights
                 total, logs = self.forward(self._to_device(batch), self.step)
             for key, value in {"loss": total, **logs}.items():
-                sums[f"eval/{key}"] = sums.get(f"eval/{key}", 0.0) + float(value)
+                sums[f"eval/{key}"] = sums.get(f"eval/{key}", 0.0) + float(value) * rows
+            examples += rows
         self.model.train()
-        return {k: v / n for k, v in sums.items()}
+        return {k: v / examples for k, v in sums.items()}
 
     def _gradient_sync(self, sync: bool):
         if isinstance(self.forward, torch.nn.parallel.DistributedDataParallel) and not sync:

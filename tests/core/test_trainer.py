@@ -118,6 +118,27 @@ def test_resume_beyond_max_steps_trains_nothing_and_leaves_the_run_as_it_is(tiny
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["step-0000004"]
 
 
+def test_evaluation_is_the_mean_over_held_out_examples_whatever_the_batch_size(tiny_config, tmp_path):
+    # 47 held-out pairs: in batches of 8 the last holds 7, of 3 the last holds 2. A mean of
+    # batch means would weigh those as much as full ones.
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("\n".join(" ".join(f"Document {d} sentence {s} has some words {s * d}."
+                                         for s in range(12)) + "\n" for d in range(40)))
+    results = {}
+    for batch_size in (8, 7, 3):
+        trainer = Trainer(tiny_config("bert", f"data.corpus={corpus}", f"data.batch_size={batch_size}",
+                                      "trainer.eval_batches=1000", "data.eval_fraction=0.25"),
+                          log=lambda *_: None)
+        batches = trainer.eval_batches.available(1000)
+        assert sum(trainer.eval_batches[i]["input_ids"].shape[0] for i in range(batches)) == 47
+        results[batch_size] = trainer.evaluate()
+    accuracies = [r["eval/nsp/accuracy"] for r in results.values()]
+    correct = round(accuracies[0] * 47)
+    assert accuracies == pytest.approx([correct / 47] * 3, abs=1e-6)
+    losses = [r["eval/loss/nsp"] for r in results.values()]
+    assert max(losses) - min(losses) < 1e-3
+
+
 def test_checkpoints_keep_the_latest_k(tiny_config, tmp_path):
     cfg = tiny_config("roberta", "trainer.checkpoint_every=2", "trainer.keep_checkpoints=2", steps=7)
     Trainer(cfg, log=lambda *_: None).train()
