@@ -59,7 +59,8 @@ def check_objectives(objectives_cfg, plugins: Plugins
 
 
 class ObjectiveMix:
-    """The objectives a run selected, checked for conflicts at config time."""
+    """The objectives a run selected, built and checked for conflicts once the tokenizer
+    is known (before any step)."""
 
     def __init__(self, checked: dict[str, tuple[ObjectiveSpec, WeightSchedule, Any]],
                  context: BuildContext):

@@ -11,8 +11,9 @@ Data flows one way::
     corpus -> documents -> examples (example_builder) -> batches (batch_transform)
            -> encoder -> heads -> loss (ObjectiveOutput) -> weighted sum
 
-Composition rules the core enforces (a conflicting mix is refused at config
-time, never silently trimmed):
+Composition rules the core enforces (a conflicting mix is refused when the run
+builds its objectives, after the corpus is tokenized and before any step; never
+silently trimmed):
 
 * at most one selected objective may provide an ``example_builder`` (two
   sentence-pair builders conflict); with none, the core packs full sentences;
