@@ -50,3 +50,10 @@ def swapped_tokenizer(text: str) -> str:
     a, b = sorted(vocab, key=vocab.get)[-2:]
     vocab[a], vocab[b] = vocab[b], vocab[a]
     return json.dumps(data)
+
+
+def final_weights(run_dir: Path) -> dict:
+    """The tensors of a run's newest checkpoint's model.safetensors."""
+    from safetensors.torch import load_file
+    from pretextual.core.checkpoint import list_checkpoints
+    return load_file(str(list_checkpoints(run_dir / "checkpoints")[-1] / "model.safetensors"))

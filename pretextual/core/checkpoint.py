@@ -80,13 +80,40 @@ class Checkpoint:
         return int(self.meta["step"])
 
     def model_state(self) -> dict[str, torch.Tensor]:
-        return load_file(str(self.path / MODEL_FILE))
+        """The model's tensors by state-dict key, a tied one under each of its keys."""
+        return with_tied(load_file(str(self.path / MODEL_FILE)), self.meta)
 
     def optimizer_tensors(self) -> dict[str, torch.Tensor]:
         return load_file(str(self.path / OPTIMIZER_FILE))
 
     def optimizer_state(self) -> dict:
         return _unflatten_optimizer(self.optimizer_tensors(), self.meta["param_groups"])
+
+
+def untied(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """``state`` with each tensor stored once (safetensors refuses shared memory: a head
+    tied to the word embeddings), and the keys left out, mapped to the key kept."""
+    kept: dict[tuple, str] = {}
+    tensors, tied = {}, {}
+    for key, value in state.items():
+        identity = (value.device, value.untyped_storage().data_ptr(), value.storage_offset(),
+                    tuple(value.shape), value.stride(), value.dtype)
+        if value.numel() and identity in kept:
+            tied[key] = kept[identity]
+        else:
+            kept.setdefault(identity, key)
+            tensors[key] = value
+    return tensors, tied
+
+
+def with_tied(tensors: dict[str, torch.Tensor], meta: dict) -> dict[str, torch.Tensor]:
+    """The tensors of a model file with the keys :func:`untied` left out put back."""
+    tied = meta.get("tied", {})
+    missing = sorted(set(tied.values()) - set(tensors))
+    if missing:
+        raise CheckpointError(f"{STATE_FILE}: ties tensors to {missing[0]!r}, which {MODEL_FILE} "
+                              f"does not hold")
+    return {**tensors, **{key: tensors[kept] for key, kept in tied.items()}}
 
 
 def save_checkpoint(directory: Path, step: int, model_state: dict[str, torch.Tensor],
@@ -98,12 +125,13 @@ def save_checkpoint(directory: Path, step: int, model_state: dict[str, torch.Ten
     final = directory / f"step-{step:07d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:07d}-", dir=directory))
     try:
-        save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()},
+        model_tensors, tied = untied(model_state)
+        save_file({k: v.detach().contiguous().cpu() for k, v in model_tensors.items()},
                   str(tmp / MODEL_FILE))
         tensors, groups = _flatten_optimizer(optimizer_state)
         tensors.update({f"rng.{k}": v for k, v in rng.items()})
         save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(tmp / OPTIMIZER_FILE))
-        meta = {**meta, "format": FORMAT_VERSION, "step": step, "param_groups": groups,
+        meta = {**meta, "format": FORMAT_VERSION, "step": step, "param_groups": groups, "tied": tied,
                 "sha256": {f: _sha256(tmp / f) for f in (MODEL_FILE, OPTIMIZER_FILE)}}
         (tmp / STATE_FILE).write_text(json.dumps(meta, indent=1))
         for f in tmp.iterdir():

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pretextual.core.encoder import PRESETS, preset_config
-from pretextual.errors import ConfigError
+from pretextual.errors import ConfigError, plugin_call
 
 
 @dataclass
@@ -159,6 +159,10 @@ class WeightSchedule:
     def at(self, step: int) -> float:
         """The weight at optimizer step ``step``."""
         return SCHEDULES[self.schedule](self, step)
+
+
+SCHEDULE_KEYS = frozenset(f.name for f in dataclasses.fields(WeightSchedule))
+"""The keys the core reads from every objectives.<name> (an objective's options cannot use them)."""
 
 
 def _constant(s: WeightSchedule, step: int) -> float:
@@ -358,9 +362,8 @@ def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple
         raise ConfigError(f"objectives.{name}: expected a mapping such as {{weight: 1.0}}, got {raw!r}")
     raw = OmegaConf.to_container(OmegaConf.create(raw)) if isinstance(raw, dict) else \
         OmegaConf.to_container(raw)
-    schedule_keys = {f.name for f in dataclasses.fields(WeightSchedule)}
-    own = {k: v for k, v in raw.items() if k not in schedule_keys}
-    schedule = _typed(name, WeightSchedule, {k: v for k, v in raw.items() if k in schedule_keys})
+    own = {k: v for k, v in raw.items() if k not in SCHEDULE_KEYS}
+    schedule = _typed(name, WeightSchedule, {k: v for k, v in raw.items() if k in SCHEDULE_KEYS})
     for key in ("weight", "start_weight"):
         value = getattr(schedule, key)
         if not math.isfinite(value):
@@ -380,7 +383,7 @@ def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple
         return schedule, None
     options = _typed(name, options_cls, own)
     if callable(getattr(options, "check", None)):
-        options.check(name)
+        plugin_call(f"objectives.{name}", "the options' check()", options.check, name)
     return schedule, options
 
 

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from pretextual.core.config import NO_OBJECTIVE, WeightSchedule, objective_options
 from pretextual.core.encoder import BertModel, EncoderConfig
-from pretextual.errors import ConfigError
-from pretextual.plugins.api import (Batch, BuildContext, HeadFactory, Objective, ObjectiveSpec,
-                                    StepInputs)
-from pretextual.plugins.manager import Plugins
+from pretextual.errors import ConfigError, PluginError, plugin_call
+from pretextual.plugins.api import (Batch, BuildContext, HeadFactory, Objective, ObjectiveOutput,
+                                    ObjectiveSpec, StepInputs)
+from pretextual.plugins.manager import NAME, Plugins
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class PretrainingModel(nn.Module):
@@ -28,7 +30,13 @@ class PretrainingModel(nn.Module):
     def __init__(self, encoder_config: EncoderConfig, heads: dict[str, HeadFactory]):
         super().__init__()
         self.bert = BertModel(encoder_config)
-        self.heads = nn.ModuleDict({name: factory(self.bert) for name, factory in heads.items()})
+        self.heads = nn.ModuleDict()
+        for name, factory in heads.items():
+            head = plugin_call(f"head {name!r}", "its factory", factory, self.bert)
+            if not isinstance(head, nn.Module):
+                raise PluginError(f"head {name!r}: its factory returned {type(head).__name__}, "
+                                  f"not an nn.Module")
+            self.heads[name] = head
 
 
 @dataclass
@@ -66,8 +74,13 @@ class ObjectiveMix:
                  context: BuildContext):
         """``checked``: what :func:`check_objectives` returned for the run's config."""
         context = dataclasses.replace(context, objectives=tuple(checked))
-        self.selected = [Selected(name, spec.build(options, context), schedule)
-                         for name, (spec, schedule, options) in checked.items()]
+        self.selected = []
+        for name, (spec, schedule, options) in checked.items():
+            objective = plugin_call(f"objectives.{name}", "build()", spec.build, options, context)
+            if not isinstance(objective, Objective):
+                raise PluginError(f"objectives.{name}: build() must return a pretextual.Objective, "
+                                  f"got {type(objective).__name__}")
+            self.selected.append(Selected(name, objective, schedule))
         self.example_builder = self._exclusive("example_builder", "build examples from documents")
         self.batch_transform = self._exclusive("batch_transform", "corrupt the batch")
         self.heads = self._heads()
@@ -82,13 +95,23 @@ class ObjectiveMix:
             a, b = providers[0].name, providers[1].name
             raise ConfigError(f"objectives: {a} and {b} conflict: both {what} and a batch has only "
                               f"one way of being built; drop one (e.g. ~objectives.{b})")
-        return getattr(providers[0].objective, attr) if providers else None
+        if not providers:
+            return None
+        wrapper = _CheckedTransform if attr == "batch_transform" else _CheckedBuilder
+        return wrapper(providers[0].name, getattr(providers[0].objective, attr))
 
     def _heads(self) -> dict[str, HeadFactory]:
         heads: dict[str, HeadFactory] = {}
         owner: dict[str, str] = {}
         for s in self.selected:
             for head, factory in s.objective.heads.items():
+                if not isinstance(head, str) or not NAME.fullmatch(head):
+                    raise PluginError(f"objectives.{s.name}: head name {head!r} is not a state-dict "
+                                      f"key (letters, digits, _ and -)")
+                if isinstance(factory, nn.Module) or not callable(factory):
+                    raise PluginError(f"objectives.{s.name}: heads[{head!r}] must be a factory (a "
+                                      f"class or function taking the encoder), got "
+                                      f"{type(factory).__name__}")
                 if head in heads and heads[head] is not factory:
                     raise ConfigError(f"objectives: {owner[head]} and {s.name} both define a head "
                                       f"named {head!r} with different modules")
@@ -104,14 +127,15 @@ class ObjectiveMix:
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Forward once through the encoder, then every objective; returns the
         weighted total and the per-term values and metrics (as tensors)."""
-        model_batch = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+        model_batch = {k: batch[k] for k in MODEL_INPUTS}
         output = model.bert(**model_batch)
         inputs = StepInputs(batch=batch, encoder_output=output, heads=model.heads, encoder=model.bert)
         weights = self.weights(step)
         total = torch.zeros((), device=batch["input_ids"].device)
         logs: dict[str, torch.Tensor] = {}
         for s in self.selected:
-            result = s.objective.loss(inputs)
+            result = plugin_call(f"objectives.{s.name}", "loss()", s.objective.loss, inputs)
+            _check_output(s.name, result)
             total = total + weights[s.name] * result.loss
             logs[f"loss/{s.name}"] = result.loss.detach()
             for key, value in result.aux_losses.items():
@@ -121,3 +145,65 @@ class ObjectiveMix:
                 logs[f"{s.name}/{key}"] = torch.as_tensor(value).detach()
         return total, logs
 
+
+
+def _check_loss(where: str, value: Any) -> None:
+    if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() == 0):
+        got = (f"a {value.dtype} tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor)
+               else type(value).__name__)
+        raise PluginError(f"{where} must be a 0-dim floating-point tensor (a mean), got {got}")
+    if torch.is_grad_enabled() and not value.requires_grad:
+        raise PluginError(f"{where} does not depend on any parameter (detached, or a constant), "
+                          f"so nothing would learn from it")
+
+
+def _check_output(name: str, result: Any) -> None:
+    """PluginError naming the objective unless ``result`` is an ObjectiveOutput of scalar
+    losses that backpropagate and of scalar metrics (checks of Python attributes only,
+    no device synchronisation)."""
+    where = f"objectives.{name}: loss()"
+    if not isinstance(result, ObjectiveOutput):
+        raise PluginError(f"{where} must return a pretextual.ObjectiveOutput, got {type(result).__name__}")
+    _check_loss(f"{where}'s loss", result.loss)
+    for key, value in result.aux_losses.items():
+        _check_loss(f"{where}'s aux_losses[{key!r}]", value)
+    for key, value in result.metrics.items():
+        scalar = (isinstance(value, torch.Tensor) and value.numel() == 1
+                  or isinstance(value, (int, float)))
+        if not scalar:
+            got = (f"shape {list(value.shape)}" if isinstance(value, torch.Tensor)
+                   else type(value).__name__)
+            raise PluginError(f"{where}'s metrics[{key!r}] must be a number or a one-element "
+                              f"tensor, got {got}")
+
+
+class _CheckedBuilder:
+    """An objective's example builder, its errors named after the objective."""
+
+    def __init__(self, name: str, builder: Callable):
+        self.name, self.builder = name, builder
+
+    def __call__(self, docs, rng):
+        return plugin_call(f"objectives.{self.name}", "example_builder", self.builder, docs, rng)
+
+
+class _CheckedTransform(_CheckedBuilder):
+    """An objective's batch transform; what it returns must still be a batch the
+    encoder can take: the model inputs, integer, of the shape it was given."""
+
+    def __call__(self, batch: Batch, generator: torch.Generator) -> Batch:
+        shape = tuple(batch["input_ids"].shape)
+        out = plugin_call(f"objectives.{self.name}", "batch_transform", self.builder, batch, generator)
+        where = f"objectives.{self.name}: batch_transform"
+        if not isinstance(out, dict):
+            raise PluginError(f"{where} must return the batch (a dict of tensors), got "
+                              f"{type(out).__name__}")
+        for key in MODEL_INPUTS:
+            value = out.get(key)
+            if not isinstance(value, torch.Tensor):
+                raise PluginError(f"{where} returned a batch without {key!r}")
+            if tuple(value.shape) != shape or value.is_floating_point() or value.is_complex():
+                raise PluginError(f"{where} returned {key!r} as a {value.dtype} tensor of shape "
+                                  f"{list(value.shape)}; the encoder takes integers of the batch's "
+                                  f"shape {list(shape)}")
+        return out

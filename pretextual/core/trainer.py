@@ -184,9 +184,11 @@ class Trainer:
                                     cfg.data.batch_size, seed + EVAL_SEED_OFFSET,
                                     drop_last=False) if len(eval_docs) else None
         # Build the first epochs now, so bad data fails before any step, naming the split.
-        for build, split in ((lambda: self.train_batches.locate(0),
+        # The first batch of each split too: a plugin's transform that breaks fails here.
+        for build, split in ((lambda: self.train_batches[0],
                               f"the training split: {_documents(len(train_docs))}"),
-                             (lambda: self.eval_batches and self.eval_batches.available(1),
+                             (lambda: self.eval_batches and self.eval_batches.available(1)
+                              and self.eval_batches[0],
                               f"the held-out split: {_documents(len(eval_docs))}, "
                               f"data.eval_fraction={cfg.data.eval_fraction}")):
             try:
@@ -349,6 +351,15 @@ class Trainer:
         self.step = ckpt.step
         self.log(f"resumed from {ckpt.path} at step {self.step}")
         changes = config_changes(ckpt.meta.get("config", {}), self.cfg)
+        saved = ckpt.meta.get("config", {})
+        try:
+            before = (saved["data"]["batch_size"] * ckpt.meta["world_size"]
+                      * saved["trainer"]["grad_accum_steps"])
+        except (KeyError, TypeError):
+            before = self.global_batch_size
+        if before != self.global_batch_size:  # the process count is no config key
+            changes.append(f"global batch: {before} -> {self.global_batch_size} (data.batch_size "
+                           f"x processes x trainer.grad_accum_steps)")
         if changes and self.step < self.cfg.trainer.max_steps:
             self.log(f"note: the config differs from the checkpoint's, and the run goes on with "
                      f"the new values (config.yaml records them): {'; '.join(changes)}")

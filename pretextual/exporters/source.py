@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 import pretextual
 from pretextual.core.checkpoint import (MODEL_FILE, STATE_FILE, Checkpoint, check_tokenizer,
-                                        list_checkpoints, open_checkpoint)
+                                        list_checkpoints, open_checkpoint, with_tied)
 from pretextual.core.encoder import BertModel, EncoderConfig
 from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer, vocab_of
 from pretextual.errors import CheckpointError
@@ -65,7 +65,7 @@ def load_checkpoint_model(ckpt: Checkpoint) -> ExportedModel:
         config = EncoderConfig(**ckpt.meta["encoder_config"])
     except (KeyError, TypeError) as exc:
         raise CheckpointError(f"{ckpt.path / STATE_FILE}: no valid encoder_config ({exc})") from None
-    tensors = read_tensors(model_file)
+    tensors = with_tied(read_tensors(model_file), ckpt.meta)
     encoder_state = {k[len("bert."):]: v for k, v in tensors.items() if k.startswith("bert.")}
     heads: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():

@@ -9,6 +9,7 @@ registering the same objective or exporter name is always an error naming both.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import importlib.metadata
@@ -20,6 +21,7 @@ from typing import Any
 
 import pluggy
 
+from pretextual.core.config import SCHEDULE_KEYS
 from pretextual.errors import PluginError
 from pretextual.plugins import hookspecs
 from pretextual.plugins.api import ExporterSpec, ObjectiveSpec
@@ -200,6 +202,8 @@ class Plugins:
                     bad = [s for s in found[kind] if not isinstance(s, spec_class)]
                     if bad:
                         raise TypeError(f"register() takes a {spec_class.__name__}, got {bad[0]!r}")
+                    for spec in found[kind]:
+                        _check_spec(kind, spec)
                 except Exception as exc:
                     self.pm.unregister(name=info.name)
                     self._fail(f"{info.label()} failed in {hook_name}: {_describe(exc)}")
@@ -209,10 +213,12 @@ class Plugins:
             for spec in specs:
                 if spec.name in registry:
                     owner = self._owner[(kind, spec.name)]
-                    other = info if owner == info.name else self.info[owner]
+                    if owner == info.name:
+                        raise PluginError(f"{kind} {spec.name!r} is registered twice by "
+                                          f"{info.label()}: give each registration its own name")
                     raise PluginError(
-                        f"{kind} {spec.name!r} is registered twice: by {other.label()} and by "
-                        f"{info.label()}; uninstall one or leave it out with {ENV_LOAD_PLUGINS}")
+                        f"{kind} {spec.name!r} is registered twice: by {self.info[owner].label()} "
+                        f"and by {info.label()}; uninstall one or leave it out with {ENV_LOAD_PLUGINS}")
                 registry[spec.name] = spec
                 self._owner[(kind, spec.name)] = info.name
                 getattr(info, kind + "s").append(spec.name)
@@ -225,7 +231,8 @@ class Plugins:
         if self.strict:
             raise PluginError(message) from exc
         self.pm.unregister(name=plugin_name)
-        self._fail(message, "disabled it for the rest of the run")
+        self._fail(message, "disabled its hooks for the rest of the run (what it registered, "
+                            "objectives and exporters, stays in use)")
 
     # --- lookup ----------------------------------------------------------------------------
 
@@ -273,6 +280,27 @@ class IsolatedHooks:
             return results
 
         return call
+
+
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+"""What an objective or exporter may be named: a config key (``objectives.<name>``) and
+a word on the command line (``--format a,b``)."""
+
+
+def _check_spec(kind: str, spec: Any) -> None:
+    """ValueError for a spec no run could use: a name that is not a config key, options
+    that are not a dataclass or that shadow the keys the core adds to every objective."""
+    if not isinstance(spec.name, str) or not NAME.fullmatch(spec.name):
+        raise ValueError(f"{kind} name {spec.name!r} is not a config key (letters, digits, _ and -)")
+    if kind != "objective" or spec.options is None:
+        return
+    if not (isinstance(spec.options, type) and dataclasses.is_dataclass(spec.options)):
+        raise ValueError(f"objective {spec.name!r}: options must be a dataclass, got {spec.options!r}")
+    shadowed = sorted({f.name for f in dataclasses.fields(spec.options)} & SCHEDULE_KEYS)
+    if shadowed:
+        raise ValueError(f"objective {spec.name!r}: its options field {shadowed[0]!r} is a key the "
+                         f"core sets for every objective ({', '.join(sorted(SCHEDULE_KEYS))}); "
+                         f"rename it")
 
 
 def _describe(exc: BaseException) -> str:

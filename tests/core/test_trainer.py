@@ -13,14 +13,11 @@ from pretextual.core.checkpoint import list_checkpoints, open_checkpoint
 from pretextual.core.trainer import Trainer
 from pretextual.plugins.hookspecs import hookimpl
 from pretextual.plugins.manager import Plugins
+from run_helpers import final_weights
 
 
 def read_metrics(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def final_weights(run_dir):
-    return load_file(str(list_checkpoints(run_dir / "checkpoints")[-1] / "model.safetensors"))
 
 
 def test_loss_falls_and_metrics_are_logged(tiny_config, tmp_path):
@@ -104,6 +101,16 @@ def test_resume_goes_on_with_the_new_optimizer_settings_and_says_what_changed(ti
     assert sorted(g["weight_decay"] for g in groups) == [0.0, 0.5]
     assert all(g["betas"][0] == 0.5 and g["initial_lr"] == 0.01 for g in groups)
     assert "lr: 0.01" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_resume_with_another_global_batch_says_so(tiny_config, tmp_path):
+    Trainer(tiny_config("roberta", steps=2), log=lambda *_: None).train()
+    messages = []
+    Trainer(tiny_config("roberta", "trainer.grad_accum_steps=2", steps=3), log=messages.append,
+            resume=True).train()
+    note = next(m for m in messages if "differs from the checkpoint" in m)
+    assert "trainer.grad_accum_steps: 1 -> 2" in note
+    assert note.endswith("global batch: 8 -> 16 (data.batch_size x processes x trainer.grad_accum_steps)")
 
 
 def test_resume_beyond_max_steps_trains_nothing_and_leaves_the_run_as_it_is(tiny_config, tmp_path):
