@@ -13,6 +13,7 @@ View with ``tensorboard --logdir runs``.
 from __future__ import annotations
 
 import importlib.util
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from pretextual.plugins.hookspecs import hookimpl
 LOG_DIR = "tensorboard"
 AVAILABLE = importlib.util.find_spec("tensorboard") is not None
 _writers: dict[Path, Any] = {}  # one open writer per run directory
+_owners: dict[Path, weakref.ref] = {}  # the Trainer each writer was opened for
 
 
 def _open_writer(path: Path, first_step: int):
@@ -30,8 +32,14 @@ def _open_writer(path: Path, first_step: int):
 
 def _writer(trainer) -> Any:
     path = Path(trainer.out) / LOG_DIR
+    owner = _owners.get(path)
+    if path in _writers and (owner is None or owner() is not trainer):
+        # left open by an earlier run in this process that stopped on an error (no
+        # hook marks the end of such a run): this run opens its own, purged from its start
+        _writers.pop(path).close()
     if path not in _writers:
         _writers[path] = _open_writer(path, trainer.start_step + 1)
+        _owners[path] = weakref.ref(trainer)
     return _writers[path]
 
 
@@ -62,5 +70,6 @@ def pretextual_on_checkpoint(step, trainer):
     if step >= trainer.cfg.trainer.max_steps or trainer.should_stop:  # the run's last checkpoint
         writer.close()
         del _writers[Path(trainer.out) / LOG_DIR]
+        _owners.pop(Path(trainer.out) / LOG_DIR, None)
     else:
         writer.flush()

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pretextual.errors import PluginError, PretextualError
+from pretextual.errors import PluginError, PretextualError, plugin_call
 from pretextual.exporters.hf import architecture, config_json, hf_counterpart, tokenizer_files
 from pretextual.exporters.load import CONFIG_FILE
 from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
@@ -82,12 +82,20 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
         written = set(write_common_files(model, tmp, with_heads))
         for spec in specs:
             start = time.perf_counter()
-            summary = spec.export(model, tmp, options)
+            summary = plugin_call(f"exporter {spec.name!r}", "export()", spec.export, model, tmp,
+                                  options)
             report.seconds[spec.name] = time.perf_counter() - start
+            if not isinstance(summary, ExportSummary):
+                raise PluginError(f"exporter {spec.name!r}: export() must return a "
+                                  f"pretextual.ExportSummary, got {type(summary).__name__}")
             clash = written & set(summary.files)
             if clash:
                 raise PluginError(f"exporter {spec.name!r} wrote {', '.join(sorted(clash))}, "
                                   f"which another format already wrote")
+            missing = sorted(f for f in summary.files if not (tmp / f).is_file())
+            if missing:
+                raise PluginError(f"exporter {spec.name!r} lists {', '.join(missing)}, which it did "
+                                  f"not write")
             written |= set(summary.files)
             report.summaries[spec.name] = summary
         manifest = {"checkpoint": str(ckpt.path.resolve()), **model.metadata,

@@ -51,7 +51,7 @@ def hf_counterpart(name: str, tensors: dict[str, torch.Tensor], config: EncoderC
 def architecture(hf_heads: set[str]) -> str:
     """The Hugging Face class a checkpoint with these heads is saved from."""
     if "nsp" in hf_heads:
-        return "BertForPreTraining"
+        return "BertForPreTraining" if "mlm" in hf_heads else "BertForNextSentencePrediction"
     return "BertForMaskedLM" if "mlm" in hf_heads else "BertModel"
 
 

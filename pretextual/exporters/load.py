@@ -26,10 +26,11 @@ _TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 
 def from_pretrained(path: str | Path) -> ExportedModel:
-    """Load a directory written by ``pretextual export`` (or a Hugging Face BERT
-    directory with config.json, model.safetensors and tokenizer.json): the
-    encoder, every head's tensors under pretextual's names, the tokenizer and
-    the metadata. CheckpointError names the file that is missing or wrong."""
+    """Load a directory written by ``pretextual export`` (or one saved by transformers'
+    BertModel or BertForPreTraining, with config.json, model.safetensors and
+    tokenizer.json; BertForMaskedLM has no pooler and a fine-tuned model a task head,
+    so those are refused): the encoder, every head's tensors under pretextual's names,
+    the tokenizer and the metadata. CheckpointError names the file that is missing or wrong."""
     path = Path(path)
     config_file = path / CONFIG_FILE
     if not config_file.is_file():
@@ -87,6 +88,7 @@ def _split(tensors: dict[str, torch.Tensor], file: Path
             continue
         name = next((n for n, (prefix, _) in HF_HEADS.items() if key.startswith(prefix)), None)
         if name is None:
-            raise CheckpointError(f"{file}: unexpected tensor {key!r}")
+            raise CheckpointError(f"{file}: unexpected tensor {key!r} (pretextual loads an encoder "
+                                  f"and its pretraining heads, not a fine-tuned task head)")
         heads.setdefault(name, {})[key[len(HF_HEADS[name][0]):]] = value
     return encoder, heads

@@ -1,6 +1,8 @@
 """The TensorBoard plugin: every metrics.jsonl line becomes scalars at its step, the writer
 is flushed at checkpoints and closed at the last; without tensorboard it does nothing."""
 
+import time
+
 import pytest
 
 from analysis_helpers import read_lines
@@ -46,7 +48,20 @@ def test_every_metrics_line_goes_to_the_writer(tiny_config, tmp_path, monkeypatc
                 for key, value in line.items() if key != "step"]
     assert writer.scalars == expected
     assert (writer.flushes, writer.closed) == (1, True)  # flushed at step 2, closed at step 4
-    assert not tensorboard._writers
+    assert run / "tensorboard" not in tensorboard._writers
+
+
+def test_a_writer_left_open_by_a_run_that_failed_is_not_reused(tiny_config, tmp_path, monkeypatch):
+    writers = []
+    monkeypatch.setattr(tensorboard, "AVAILABLE", True)
+    monkeypatch.setattr(tensorboard, "_open_writer", lambda path, first_step: writers.append(
+        FakeWriter(path)) or writers[-1])
+    failed = Trainer(tiny_config("roberta", steps=4), log=lambda *_: None)
+    tensorboard.pretextual_on_step_end(step=1, metrics={"loss": 1.0}, trainer=failed)
+    run = train_with_plugin(tiny_config, tmp_path)  # a new run in the same directory
+    stale, fresh = writers
+    assert stale.closed and stale.scalars == [(1, "loss", 1.0)]
+    assert fresh.closed and fresh.scalars and run / "tensorboard" not in tensorboard._writers
 
 
 def test_without_tensorboard_nothing_is_written(tiny_config, tmp_path, monkeypatch):
@@ -67,6 +82,10 @@ def test_tensorboard_reads_back_the_metrics(tiny_config, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     train_with_plugin(tiny_config, tmp_path, "trainer.lr=1e-2", steps=6)
+    # TensorBoard reads event files in name order: seconds since the epoch, then a counter
+    # of writers in the process that sorts 10 before 9, so within one second it may read the
+    # new run's file first and keep the old events. A second apart, the seconds decide.
+    time.sleep(1.1)
     # logging from step 3 on: the earlier run's steps 1 and 2 must not show either
     run = train_with_plugin(tiny_config, tmp_path, "trainer.overwrite_output_dir=true",
                             "trainer.log_every=3")

@@ -82,3 +82,28 @@ def test_an_exporter_overwriting_another_format_is_refused(mlm_run, tmp_path, pl
         export_checkpoint(mlm_run, tmp_path / "out", ["safetensors", "sizes"],
                           plugins=plugin_module(export), log=lambda *a: None)
     assert not (tmp_path / "out").exists()
+
+
+def lists_a_file_it_did_not_write(model, out_dir, options):
+    return ExportSummary(files=["nothere.npy"])
+
+
+def returns_nothing(model, out_dir, options):
+    (out_dir / "a.bin").write_bytes(b"x")
+
+
+def raises(model, out_dir, options):
+    raise ValueError("unsupported head")
+
+
+@pytest.mark.parametrize("export, message", [
+    (lists_a_file_it_did_not_write, r"^exporter 'sizes' lists nothere\.npy, which it did not write$"),
+    (returns_nothing, r"^exporter 'sizes': export\(\) must return a pretextual\.ExportSummary, got NoneType$"),
+    (raises, r"^exporter 'sizes': export\(\) raised ValueError: unsupported head \(at test_plugins\.py:\d+\)$"),
+])
+def test_an_exporter_that_misbehaves_is_one_line_and_leaves_nothing(mlm_run, tmp_path, plugin_module,
+                                                                    export, message):
+    with pytest.raises(PluginError, match=message):
+        export_checkpoint(mlm_run, tmp_path / "out", ["safetensors", "sizes"],
+                          plugins=plugin_module(export), log=lambda *a: None)
+    assert [p.name for p in tmp_path.iterdir()] == []

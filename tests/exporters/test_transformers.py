@@ -12,7 +12,8 @@ from safetensors import safe_open
 from export_helpers import TEXTS_A, TEXTS_B, padded_batch, reference_model, run_tokenizer
 
 pytest.importorskip("transformers")
-from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining,  # noqa: E402
+from transformers import (AutoModel, AutoModelForMaskedLM,  # noqa: E402
+                          AutoModelForNextSentencePrediction, AutoModelForPreTraining,
                           AutoModelForSequenceClassification, AutoTokenizer, pipeline)
 
 HIDDEN_TOLERANCE = 1e-5
@@ -141,6 +142,26 @@ def test_with_heads_nsp_becomes_seq_relationship(nsp_run, tmp_path):
         assert (theirs.seq_relationship_logits - nsp).abs().max() <= HIDDEN_TOLERANCE
         assert (theirs.prediction_logits - mlm).abs().max() <= HEADS_TOLERANCE
     assert not (out / "pretextual_heads.safetensors").exists()
+
+
+def test_an_nsp_only_export_is_bert_for_next_sentence_prediction(corpus_file, cache_dir, tmp_path):
+    from pretextual.core.config import load_config
+    from pretextual.core.trainer import Trainer
+    from pretextual.exporters.export import export_checkpoint
+    from run_helpers import tiny_overrides
+    run = tmp_path / "run"
+    Trainer(load_config("bert", tiny_overrides(corpus_file, cache_dir, run, 3) + ["~objectives.mlm"]),
+            log=lambda *a: None).train()
+    out = tmp_path / "export"
+    export_checkpoint(run, out, ["safetensors"], with_heads=True, log=lambda *a: None)
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForNextSentencePrediction"]
+    model, info = AutoModelForNextSentencePrediction.from_pretrained(out, output_loading_info=True)
+    assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
+    ours = reference_model(run)
+    for batch in batches(run):
+        with torch.no_grad():
+            nsp = ours.heads["nsp"](ours.bert(**batch).pooler_output)
+            assert (model(**batch).logits - nsp).abs().max() <= HIDDEN_TOLERANCE
 
 
 def test_a_bpe_tokenizer_is_exported_for_autotokenizer(tmp_path):
