@@ -534,6 +534,10 @@ class Trainer:
             if (t.eval_every and self.step % t.eval_every == 0) or done:
                 last_eval = self.evaluate()  # on every process (FSDP needs all to take part)
                 if last_eval and self.world.is_main:
+                    bad = [k for k, v in last_eval.items() if not math.isfinite(v)]
+                    if bad:
+                        self.log(f"warning: step {self.step}: the evaluation gave non-finite "
+                                 f"{', '.join(bad)} (training losses were finite)")
                     record = {"step": self.step, **last_eval}
                     self._write_metrics(record)
                     self.plugins.hook.pretextual_on_eval(

@@ -2,6 +2,7 @@
 non-finite losses stop with a clear message; a pickle posing as a checkpoint never runs."""
 
 import json
+import math
 import os
 import pickle
 import random
@@ -11,6 +12,7 @@ import sys
 import time
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from pretextual.core.checkpoint import list_checkpoints
@@ -134,3 +136,21 @@ def test_a_pickle_posing_as_a_checkpoint_is_refused_without_running(tiny_config,
     with pytest.raises(CheckpointError, match="none of its 1 checkpoints verifies"):
         Trainer(cfg, log=lambda *_: None, resume=True).resume()
     assert not _Exploit.marker.exists()
+
+
+def test_a_non_finite_evaluation_is_a_warning(tiny_config, tmp_path):
+    trainer = Trainer(tiny_config("roberta", steps=3), log=(messages := []).append)
+    objective = trainer.mix.selected[0].objective
+    real_loss = objective.loss
+
+    def nan_in_evaluation(inputs):
+        out = real_loss(inputs)
+        if not torch.is_grad_enabled():  # the evaluation runs under no_grad
+            out.loss = out.loss * float("nan")
+        return out
+
+    objective.loss = nan_in_evaluation
+    final = trainer.train()
+    assert math.isnan(final["eval/loss/mlm"])
+    assert "warning: step 3: the evaluation gave non-finite eval/loss, eval/loss/mlm (training " \
+           "losses were finite)" in messages
