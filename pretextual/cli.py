@@ -9,7 +9,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from pretextual.errors import CheckpointError, DataError, PretextualError, TrainingError
+from pretextual.errors import (CheckpointError, DataError, PluginRunError, PretextualError,
+                               TrainingError)
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -247,13 +248,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except PretextualError as exc:
         # Under torchrun every process meets the same config or plugin mistake: rank 0's
-        # line is enough. Data, checkpoint and training errors may be one process's own:
+        # line is enough. Data, checkpoint and training errors, and a plugin's code failing
+        # on a batch, may be one process's own:
         # each says it, naming its rank. The environment, not the process group, which
         # may not exist yet.
         rank = os.environ.get("RANK", "0") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "0"
         if rank == "0":
             print(f"pretextual: error: {exc}", file=sys.stderr)
-        elif isinstance(exc, (DataError, CheckpointError, TrainingError)):
+        elif isinstance(exc, (DataError, CheckpointError, TrainingError, PluginRunError)):
             print(f"pretextual: error: [rank {rank}] {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -90,43 +90,44 @@ class Checkpoint:
         return _unflatten_optimizer(self.optimizer_tensors(), self.meta["param_groups"])
 
 
-def untied(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """``state`` with each tensor stored once (safetensors refuses shared memory: a head
-    tied to the word embeddings), and the keys left out, mapped to the key kept."""
-    kept: dict[tuple, str] = {}
-    tensors, tied = {}, {}
-    for key, value in state.items():
-        identity = (value.device, value.untyped_storage().data_ptr(), value.storage_offset(),
-                    tuple(value.shape), value.stride(), value.dtype)
-        if value.numel() and identity in kept:
-            tied[key] = kept[identity]
-        else:
-            kept.setdefault(identity, key)
-            tensors[key] = value
-    return tensors, tied
+def tied_keys(model: torch.nn.Module) -> dict[str, str]:
+    """State-dict keys of parameters that are another key's parameter (a head tied to
+    the word embeddings the usual PyTorch way), each mapped to the first key holding it.
+    Read from the module, not from tensors: a state dict gathered to the CPU (a GPU or
+    FSDP run) holds a separate copy under each key."""
+    first: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for key, parameter in model.named_parameters(remove_duplicate=False):
+        tied_to = first.setdefault(id(parameter), key)
+        if tied_to != key:
+            tied[key] = tied_to
+    return tied
 
 
 def with_tied(tensors: dict[str, torch.Tensor], meta: dict) -> dict[str, torch.Tensor]:
-    """The tensors of a model file with the keys :func:`untied` left out put back."""
+    """The tensors of a model file with the tied keys it left out (:func:`tied_keys`) put back."""
     tied = meta.get("tied", {})
     missing = sorted(set(tied.values()) - set(tensors))
     if missing:
         raise CheckpointError(f"{STATE_FILE}: ties tensors to {missing[0]!r}, which {MODEL_FILE} "
                               f"does not hold")
-    return {**tensors, **{key: tensors[kept] for key, kept in tied.items()}}
+    # copies: two keys must never share memory, or saving them again (an export) fails
+    return {**tensors, **{key: tensors[kept].clone() for key, kept in tied.items()}}
 
 
 def save_checkpoint(directory: Path, step: int, model_state: dict[str, torch.Tensor],
-                    optimizer_state: dict, meta: dict, rng: dict[str, torch.Tensor], keep: int) -> Path:
+                    optimizer_state: dict, meta: dict, rng: dict[str, torch.Tensor], keep: int,
+                    tied: dict[str, str] | None = None) -> Path:
     """Write ``directory/step-NNNNNNN`` atomically and keep only the newest ``keep``.
 
-    ``optimizer_state`` is a full optimizer state dict keyed by parameter name."""
+    ``optimizer_state`` is a full optimizer state dict keyed by parameter name; ``tied``
+    (:func:`tied_keys`) names the keys stored once, under the key they are tied to."""
+    tied = tied or {}
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"step-{step:07d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:07d}-", dir=directory))
     try:
-        model_tensors, tied = untied(model_state)
-        save_file({k: v.detach().contiguous().cpu() for k, v in model_tensors.items()},
+        save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items() if k not in tied},
                   str(tmp / MODEL_FILE))
         tensors, groups = _flatten_optimizer(optimizer_state)
         tensors.update({f"rng.{k}": v for k, v in rng.items()})

@@ -8,6 +8,7 @@ forward pass, so the trainer backpropagates once through the shared encoder.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ from torch import nn
 
 from pretextual.core.config import NO_OBJECTIVE, WeightSchedule, objective_options
 from pretextual.core.encoder import BertModel, EncoderConfig
-from pretextual.errors import ConfigError, PluginError, plugin_call
+from pretextual.errors import ConfigError, PluginError, PluginRunError, plugin_call
 from pretextual.plugins.api import (Batch, BuildContext, HeadFactory, Objective, ObjectiveOutput,
                                     ObjectiveSpec, StepInputs)
 from pretextual.plugins.manager import NAME, Plugins
@@ -84,6 +85,7 @@ class ObjectiveMix:
         self.example_builder = self._exclusive("example_builder", "build examples from documents")
         self.batch_transform = self._exclusive("batch_transform", "corrupt the batch")
         self.heads = self._heads()
+        self._grad_checked = False  # whether a training step has checked that losses backpropagate
 
     @property
     def names(self) -> list[str]:
@@ -135,7 +137,7 @@ class ObjectiveMix:
         logs: dict[str, torch.Tensor] = {}
         for s in self.selected:
             result = plugin_call(f"objectives.{s.name}", "loss()", s.objective.loss, inputs)
-            _check_output(s.name, result)
+            _check_output(s.name, result, first=not self._grad_checked)
             total = total + weights[s.name] * result.loss
             logs[f"loss/{s.name}"] = result.loss.detach()
             for key, value in result.aux_losses.items():
@@ -143,67 +145,71 @@ class ObjectiveMix:
                 logs[f"loss/{s.name}.{key}"] = value.detach()
             for key, value in result.metrics.items():
                 logs[f"{s.name}/{key}"] = torch.as_tensor(value).detach()
+        self._grad_checked = self._grad_checked or torch.is_grad_enabled()
         return total, logs
 
 
-
-def _check_loss(where: str, value: Any) -> None:
+def _check_loss(where: str, value: Any, first: bool) -> None:
     if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() == 0):
         got = (f"a {value.dtype} tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor)
                else type(value).__name__)
-        raise PluginError(f"{where} must be a 0-dim floating-point tensor (a mean), got {got}")
-    if torch.is_grad_enabled() and not value.requires_grad:
-        raise PluginError(f"{where} does not depend on any parameter (detached, or a constant), "
-                          f"so nothing would learn from it")
+        raise PluginRunError(f"{where} must be a 0-dim floating-point tensor (a mean), got {got}")
+    # On the first training step only: a later batch may rightly have nothing to predict
+    # and return a constant zero.
+    if first and torch.is_grad_enabled() and not value.requires_grad:
+        raise PluginRunError(f"{where} does not depend on any parameter (detached, or a "
+                             f"constant), so nothing would learn from it")
 
 
-def _check_output(name: str, result: Any) -> None:
-    """PluginError naming the objective unless ``result`` is an ObjectiveOutput of scalar
-    losses that backpropagate and of scalar metrics (checks of Python attributes only,
-    no device synchronisation)."""
+def _check_output(name: str, result: Any, first: bool) -> None:
+    """PluginRunError naming the objective unless ``result`` is an ObjectiveOutput of
+    scalar losses (that backpropagate, checked on the ``first`` training step) and of
+    scalar metrics: checks of Python attributes only, no device synchronisation."""
     where = f"objectives.{name}: loss()"
     if not isinstance(result, ObjectiveOutput):
-        raise PluginError(f"{where} must return a pretextual.ObjectiveOutput, got {type(result).__name__}")
-    _check_loss(f"{where}'s loss", result.loss)
+        raise PluginRunError(f"{where} must return a pretextual.ObjectiveOutput, got "
+                             f"{type(result).__name__}")
+    _check_loss(f"{where}'s loss", result.loss, first)
     for key, value in result.aux_losses.items():
-        _check_loss(f"{where}'s aux_losses[{key!r}]", value)
+        _check_loss(f"{where}'s aux_losses[{key!r}]", value, first)
     for key, value in result.metrics.items():
-        scalar = (isinstance(value, torch.Tensor) and value.numel() == 1
-                  or isinstance(value, (int, float)))
-        if not scalar:
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1
+                or isinstance(value, numbers.Real)):
             got = (f"shape {list(value.shape)}" if isinstance(value, torch.Tensor)
                    else type(value).__name__)
-            raise PluginError(f"{where}'s metrics[{key!r}] must be a number or a one-element "
-                              f"tensor, got {got}")
+            raise PluginRunError(f"{where}'s metrics[{key!r}] must be a number or a one-element "
+                                 f"tensor, got {got}")
 
 
-class _CheckedBuilder:
-    """An objective's example builder, its errors named after the objective."""
+class _Checked:
+    """An objective's example builder or batch transform, its errors named after the objective."""
 
-    def __init__(self, name: str, builder: Callable):
-        self.name, self.builder = name, builder
+    def __init__(self, name: str, fn: Callable):
+        self.name, self.fn = name, fn
 
+
+class _CheckedBuilder(_Checked):
     def __call__(self, docs, rng):
-        return plugin_call(f"objectives.{self.name}", "example_builder", self.builder, docs, rng)
+        return plugin_call(f"objectives.{self.name}", "example_builder", self.fn, docs, rng)
 
 
-class _CheckedTransform(_CheckedBuilder):
-    """An objective's batch transform; what it returns must still be a batch the
-    encoder can take: the model inputs, integer, of the shape it was given."""
+class _CheckedTransform(_Checked):
+    """What the transform returns must still be a batch the encoder can take: the model
+    inputs, integer, of the shape it was given."""
 
     def __call__(self, batch: Batch, generator: torch.Generator) -> Batch:
         shape = tuple(batch["input_ids"].shape)
-        out = plugin_call(f"objectives.{self.name}", "batch_transform", self.builder, batch, generator)
+        out = plugin_call(f"objectives.{self.name}", "batch_transform", self.fn, batch, generator)
         where = f"objectives.{self.name}: batch_transform"
         if not isinstance(out, dict):
-            raise PluginError(f"{where} must return the batch (a dict of tensors), got "
-                              f"{type(out).__name__}")
+            raise PluginRunError(f"{where} must return the batch (a dict of tensors), got "
+                                 f"{type(out).__name__}")
         for key in MODEL_INPUTS:
             value = out.get(key)
             if not isinstance(value, torch.Tensor):
-                raise PluginError(f"{where} returned a batch without {key!r}")
+                raise PluginRunError(f"{where} returned a batch without {key!r}")
             if tuple(value.shape) != shape or value.is_floating_point() or value.is_complex():
-                raise PluginError(f"{where} returned {key!r} as a {value.dtype} tensor of shape "
-                                  f"{list(value.shape)}; the encoder takes integers of the batch's "
-                                  f"shape {list(shape)}")
+                raise PluginRunError(f"{where} returned {key!r} as a {value.dtype} tensor of "
+                                     f"shape {list(value.shape)}; the encoder takes integers of "
+                                     f"the batch's shape {list(shape)}")
         return out

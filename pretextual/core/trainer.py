@@ -23,7 +23,7 @@ from tqdm import tqdm
 import pretextual
 from pretextual.core.checkpoint import (STATE_FILE, check_tokenizer, latest_checkpoint,
                                         list_checkpoints, remove_partial_checkpoints,
-                                        save_checkpoint)
+                                        save_checkpoint, tied_keys)
 from pretextual.analysis.plot import RUN_PLOT
 from pretextual.core.config import MODEL_SIZES, config_changes, to_yaml
 from pretextual.core.data import MIN_SPLIT_DOCUMENTS, Batches, full_sentences, split_documents
@@ -34,7 +34,8 @@ from pretextual.core.mix import ObjectiveMix, PretrainingModel, check_objectives
 from pretextual.core.prepare import tokenized_corpus
 from pretextual.core.tokenizer import (TOKENIZER_FILE, has_word_boundaries, read_tokenizer,
                                        tokenizer_sha256, vocab_of)
-from pretextual.errors import CheckpointError, ConfigError, DataError, TrainingError
+from pretextual.errors import (CheckpointError, ConfigError, DataError, PluginRunError,
+                               PretextualError, TrainingError)
 from pretextual.plugins.api import BuildContext
 from pretextual.plugins.manager import Plugins
 
@@ -133,6 +134,20 @@ class _MixForward(torch.nn.Module):
         return self.mix.loss(self.model, batch, step)
 
 
+def _next_batch(loader):
+    """The loader's next batch. One of pretextual's errors raised in a DataLoader worker
+    comes back as torch re-raises it, its message the worker's whole traceback: raised
+    again here as its last line, the error's own message."""
+    try:
+        return next(loader)
+    except PretextualError as exc:
+        text = str(exc)
+        if not text.startswith("Caught "):
+            raise
+        last = text.strip().splitlines()[-1]
+        raise type(exc)(last.split(": ", 1)[1] if ": " in last else last) from None
+
+
 def _documents(n: int) -> str:
     return f"{n} document{'' if n == 1 else 's'}"
 
@@ -183,21 +198,32 @@ class Trainer:
         self.eval_batches = Batches(eval_docs, builder, self.mix.batch_transform, self.vocab,
                                     cfg.data.batch_size, seed + EVAL_SEED_OFFSET,
                                     drop_last=False) if len(eval_docs) else None
-        # Build the first epochs now, so bad data fails before any step, naming the split.
-        # The first batch of each split too: a plugin's transform that breaks fails here.
-        for build, split in ((lambda: self.train_batches[0],
-                              f"the training split: {_documents(len(train_docs))}"),
-                             (lambda: self.eval_batches and self.eval_batches.available(1)
-                              and self.eval_batches[0],
-                              f"the held-out split: {_documents(len(eval_docs))}, "
-                              f"data.eval_fraction={cfg.data.eval_fraction}")):
+        # Build the first epochs now, so bad data fails before any step, naming the split;
+        # then the first batch of each split, so a plugin's builder or transform that
+        # breaks the batch fails here too.
+        splits = [(self.train_batches, f"the training split: {_documents(len(train_docs))}")]
+        if self.eval_batches is not None:
+            splits.append((self.eval_batches, f"the held-out split: {_documents(len(eval_docs))}, "
+                                              f"data.eval_fraction={cfg.data.eval_fraction}"))
+        for batches, split in splits:
             try:
-                build()
+                available = batches.available(1)
+                if batches is self.train_batches:
+                    batches.locate(0)  # raises for an epoch shorter than one batch
             except ValueError as exc:
                 raise DataError(f"data.corpus: too little text for data.batch_size="
                                 f"{cfg.data.batch_size} ({split}): {exc}") from None
             except DataError as exc:
                 raise DataError(f"{exc} ({split})") from None
+            builder = self.mix.example_builder
+            if available and builder is not None:
+                try:
+                    batches[0]
+                except ValueError as exc:  # collate: examples of another layout than a batch's
+                    raise PluginRunError(f"objectives.{builder.name}: example_builder made examples "
+                                         f"that do not make a batch ({split}): {exc}") from None
+            elif available:
+                batches[0]
 
         torch.manual_seed(seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
@@ -232,7 +258,8 @@ class Trainer:
         if fraction > 0 and held_out == 0:
             self.log(f"warning: no held-out split, so no evaluation: the corpus has "
                      f"{_documents(documents)}, and a split keeps at least "
-                     f"{MIN_SPLIT_DOCUMENTS} on each side (a document ends at a blank line)")
+                     f"{MIN_SPLIT_DOCUMENTS} on each side (in a text file a blank line ends a "
+                     f"document)")
         elif held_out > max(2 * fraction * documents, 1):
             self.log(f"note: {held_out} of the corpus's {documents} documents are held out for "
                      f"evaluation ({held_out / documents:.0%}; data.eval_fraction={fraction}), "
@@ -305,7 +332,8 @@ class Trainer:
         path = self.out / "checkpoints" / f"step-{self.step:07d}"
         if self.world.is_main:
             path = save_checkpoint(self.out / "checkpoints", self.step, model_state, optimizer_state,
-                                   self._meta(), rng, self.cfg.trainer.keep_checkpoints)
+                                   self._meta(), rng, self.cfg.trainer.keep_checkpoints,
+                                   tied_keys(self.model))
             self.plugins.hook.pretextual_on_checkpoint(step=self.step, path=str(path), trainer=self)
         dist_utils.barrier(self.world)
         return path
@@ -350,8 +378,8 @@ class Trainer:
             torch.manual_seed(self.cfg.trainer.seed + 7919 * self.world.rank + ckpt.step)
         self.step = ckpt.step
         self.log(f"resumed from {ckpt.path} at step {self.step}")
-        changes = config_changes(ckpt.meta.get("config", {}), self.cfg)
         saved = ckpt.meta.get("config", {})
+        changes = config_changes(saved, self.cfg)
         try:
             before = (saved["data"]["batch_size"] * ckpt.meta["world_size"]
                       * saved["trainer"]["grad_accum_steps"])
@@ -431,7 +459,9 @@ class Trainer:
         sums: dict[str, float] = {}
         examples = 0
         n = self.eval_batches.available(self.cfg.trainer.eval_batches)
-        for batch in self.loader(self.eval_batches, range(n)):
+        loader = iter(self.loader(self.eval_batches, range(n)))
+        for _ in range(n):
+            batch = _next_batch(loader)
             rows = batch["input_ids"].shape[0]
             with self._autocast():  # through the wrapper: FSDP must gather the sharded weights
                 total, logs = self.forward(self._to_device(batch), self.step)
@@ -454,7 +484,7 @@ class Trainer:
         logs_sum: dict[str, torch.Tensor] = {}
         tokens = 0
         for a in range(accum):
-            batch = next(loader)
+            batch = _next_batch(loader)
             tokens += int(batch["attention_mask"].sum())  # on the host: no device sync
             batch = self._to_device(batch)
             # Synchronise gradients across processes only on the last micro-batch of the step.
@@ -474,7 +504,8 @@ class Trainer:
             self.log(f"no checkpoint in {self.out / 'checkpoints'}; starting from scratch")
         if resumed and self.step >= t.max_steps:  # the run directory stays as it is
             self.log(f"nothing to train: the checkpoint is at step {self.step} and "
-                     f"trainer.max_steps={t.max_steps} (raise trainer.max_steps to train on)")
+                     f"trainer.max_steps={t.max_steps} (raise trainer.max_steps to train on; "
+                     f"`pretextual export` exports it)")
             return {}
         self.start_step = self.step
         self._start_run_dir(resumed)
@@ -537,7 +568,7 @@ class Trainer:
                     bad = [k for k, v in last_eval.items() if not math.isfinite(v)]
                     if bad:
                         self.log(f"warning: step {self.step}: the evaluation gave non-finite "
-                                 f"{', '.join(bad)} (training losses were finite)")
+                                 f"{', '.join(bad)}")
                     record = {"step": self.step, **last_eval}
                     self._write_metrics(record)
                     self.plugins.hook.pretextual_on_eval(

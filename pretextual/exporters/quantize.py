@@ -29,11 +29,12 @@ CHARS_PER_TOKEN = 10  # more than any tokenizer's average, so a text fills ``len
 
 
 def corpus_feeds(tokenizer: Tokenizer, pad_id: int, length: int) -> list[dict[str, np.ndarray]]:
-    """Padded batches of texts spread over the embedded corpus, each cut at
-    ``length`` tokens (the trained length, so the check covers every position the
-    model was trained on): SAMPLE_TOKENS // length texts, at least SAMPLE_BATCH."""
+    """Padded batches of at most SAMPLE_BATCH texts spread over the embedded corpus, each
+    cut at ``length`` tokens (the trained length, so the check covers every position the
+    model was trained on): SAMPLE_TOKENS // length texts (at least one), so about
+    SAMPLE_TOKENS tokens at any length up to SAMPLE_TOKENS."""
     sentences = [s for doc in embedded_corpus() for s in doc.sentences]
-    count = max(SAMPLE_BATCH, SAMPLE_TOKENS // length)
+    count = max(1, SAMPLE_TOKENS // length)
     texts = [_text_from(sentences, start, CHARS_PER_TOKEN * length)
              for start in range(0, len(sentences), max(1, len(sentences) // count))][:count]
     tok = Tokenizer.from_str(tokenizer.to_str())

@@ -94,7 +94,9 @@ ExampleBuilder = Callable[[Documents, np.random.Generator], list[Example]]
 
 BatchTransform = Callable[[Batch, torch.Generator], Batch]
 """Corrupts a padded batch (e.g. masking) and adds its labels; must draw all
-randomness from the generator it is given, so batches are reproducible."""
+randomness from the generator it is given, so batches are reproducible, and return
+the batch with input_ids, attention_mask and token_type_ids still integer tensors of
+the shape it was given."""
 
 HeadFactory = Callable[[BertModel], nn.Module]
 """Builds a head given the encoder (so a head may tie weights to it)."""

@@ -152,5 +152,4 @@ def test_a_non_finite_evaluation_is_a_warning(tiny_config, tmp_path):
     objective.loss = nan_in_evaluation
     final = trainer.train()
     assert math.isnan(final["eval/loss/mlm"])
-    assert "warning: step 3: the evaluation gave non-finite eval/loss, eval/loss/mlm (training " \
-           "losses were finite)" in messages
+    assert "warning: step 3: the evaluation gave non-finite eval/loss, eval/loss/mlm" in messages

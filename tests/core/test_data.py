@@ -205,7 +205,7 @@ def test_a_tokenizer_file_saved_with_padding_or_truncation_tokenizes_whole_sente
 
 @pytest.mark.parametrize("documents, held_out, said", [  # bert: NSP needs 2 documents a side
     (1, 0, "warning: no held-out split, so no evaluation: the corpus has 1 document, and a "
-           "split keeps at least 2 on each side (a document ends at a blank line)"),
+           "split keeps at least 2 on each side (in a text file a blank line ends a document)"),
     (3, 0, "warning: no held-out split, so no evaluation: the corpus has 3 documents"),
     (4, 2, "note: 2 of the corpus's 4 documents are held out for evaluation (50%; "
            "data.eval_fraction=0.05), the fewest a split keeps"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -192,6 +193,44 @@ def test_an_options_check_that_raises_is_one_line():
         check_objectives(cfg.objectives, plugins)
 
 
+def test_a_transform_failing_in_a_dataloader_worker_is_still_one_line(tiny_config):
+    fails_later = lambda batch, generator: raises(batch, generator) if batch["input_ids"][0, 1] % 2 \
+        else batch
+    cfg = tiny_config("bert", "~objectives.mlm", "objectives.lengthy.weight=1", "data.num_workers=1",
+                      steps=40)
+    with pytest.raises(PluginError) as info:
+        Trainer(cfg, objective_plugin(transform=fails_later), log=lambda *_: None).train()
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith("objectives.lengthy: batch_transform raised ValueError: no such token")
+
+
+def short_tags(docs, rng):
+    return [{"input_ids": np.array([2, 7, 3]), "token_type_ids": np.zeros(3, dtype=np.int64),
+             "word_starts": np.ones(3, dtype=np.uint8), "tags": np.zeros(1)} for _ in range(40)]
+
+
+def test_examples_that_do_not_collate_name_their_builder(tiny_config):
+    def make(options, context):
+        return pretextual.Objective(loss=long_or_short, heads={"lengthy": FirstTokenHead},
+                                    example_builder=short_tags)
+    cfg = tiny_config("roberta", "objectives.lengthy.weight=1")
+    with pytest.raises(PluginError, match=r"^objectives\.lengthy: example_builder made examples that "
+                                          r"do not make a batch \(the training split: \d+ documents\)"):
+        Trainer(cfg, objective_plugin(build=make), log=lambda *_: None)
+
+
+def test_a_constant_loss_after_the_first_step_is_allowed(tiny_config):
+    calls = {"n": 0}
+
+    def nothing_to_predict_later(inputs):
+        calls["n"] += 1
+        right = long_or_short(inputs)
+        return right if calls["n"] == 1 else pretextual.ObjectiveOutput(loss=torch.zeros(()))
+
+    run(tiny_config, objective_plugin(loss=nothing_to_predict_later), steps=3)
+    assert calls["n"] >= 3
+
+
 def test_a_head_tied_to_the_word_embeddings_checkpoints_resumes_and_exports(tiny_config, tmp_path):
     tied = dict(heads={"lengthy": TiedHead},
                 loss=lambda inputs: pretextual.ObjectiveOutput(loss=F.cross_entropy(
@@ -217,3 +256,12 @@ def test_a_head_tied_to_the_word_embeddings_checkpoints_resumes_and_exports(tiny
     head = TiedHead(loaded.encoder)
     head.load_state_dict(loaded.heads["lengthy"])
     assert torch.equal(head.decoder.weight, loaded.encoder.embeddings.word_embeddings.weight)
+
+    # Two heads tied to the same embeddings: each is stored, and exported, on its own.
+    two = dict(tied, heads={"lengthy": TiedHead, "other": TiedHead})
+    both = tmp_path / "both"
+    run(tiny_config, objective_plugin(**two), f"trainer.output_dir={both}", steps=2)
+    assert len(open_checkpoint(both / "checkpoints" / "step-0000002").meta["tied"]) == 2
+    export_checkpoint(both, tmp_path / "export-both", ["safetensors"], with_heads=True,
+                      plugins=objective_plugin(**two), log=lambda *_: None)
+    assert from_pretrained(tmp_path / "export-both").heads.keys() >= {"lengthy", "other"}
