@@ -295,3 +295,12 @@ def test_under_torchrun_a_config_error_is_printed_once_and_others_name_their_ran
     missing = tmp_path / "no-run"
     assert run(capsys, "export", str(missing), "--out", str(tmp_path / "out")) == (
         2, f"pretextual: error: [rank 1] {missing}: no such run directory or checkpoint")
+    # A plugin's code failing on this process's batch is said by this process too.
+    from pretextual.errors import PluginRunError
+
+    def fails(args):
+        raise PluginRunError("objectives.x: loss() raised ValueError: bad batch (at x.py:3)")
+
+    monkeypatch.setattr("pretextual.cli.cmd_train", fails)
+    assert run(capsys, *args) == (
+        2, "pretextual: error: [rank 1] objectives.x: loss() raised ValueError: bad batch (at x.py:3)")
