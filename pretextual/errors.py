@@ -1,5 +1,6 @@
 """Errors a user can cause. The CLI prints them as one line; anything else is a bug and raises."""
 
+import os
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -37,8 +38,10 @@ class TrainingError(PretextualError):
     """Training cannot go on (e.g. a non-finite loss); the message names the step and objective."""
 
 
-_OWN = str(Path(__file__).resolve().parent)
-_LIBRARIES = tuple(str(Path(m.__file__).resolve().parent) for m in (np, torch))
+# Package directories with a trailing separator: site-packages/pretextual/ must not
+# claim site-packages/pretextual_myobj.py, nor torch/ claim torchvision/.
+_OWN = os.path.join(str(Path(__file__).resolve().parent), "")
+_LIBRARIES = tuple(os.path.join(str(Path(m.__file__).resolve().parent), "") for m in (np, torch))
 
 
 def plugin_call(where: str, what: str, function: Callable, *args) -> Any:

@@ -207,23 +207,21 @@ class Trainer:
                                               f"data.eval_fraction={cfg.data.eval_fraction}"))
         for batches, split in splits:
             try:
-                available = batches.available(1)
-                if batches is self.train_batches:
-                    batches.locate(0)  # raises for an epoch shorter than one batch
+                # locate(0) raises for a training epoch shorter than one batch
+                found = batches.locate(0) if batches is self.train_batches else batches.available(1)
             except ValueError as exc:
                 raise DataError(f"data.corpus: too little text for data.batch_size="
                                 f"{cfg.data.batch_size} ({split}): {exc}") from None
             except DataError as exc:
                 raise DataError(f"{exc} ({split})") from None
-            builder = self.mix.example_builder
-            if available and builder is not None:
-                try:
+            try:
+                if found:
                     batches[0]
-                except ValueError as exc:  # collate: examples of another layout than a batch's
-                    raise PluginRunError(f"objectives.{builder.name}: example_builder made examples "
-                                         f"that do not make a batch ({split}): {exc}") from None
-            elif available:
-                batches[0]
+            except ValueError as exc:  # collate: a plugin's examples of another layout than a batch's
+                if self.mix.example_builder is None:
+                    raise
+                raise PluginRunError(f"objectives.{self.mix.example_builder.name}: example_builder "
+                                     f"made examples that do not make a batch ({split}): {exc}") from None
 
         torch.manual_seed(seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)

@@ -126,13 +126,19 @@ def test_with_heads_mlm_logits_and_fill_mask(full_export, mlm_run):
     assert [r["token"] for r in fill("The boat sees the [MASK] bank.")] == logits.topk(3).indices.tolist()
 
 
-def test_with_heads_nsp_becomes_seq_relationship(nsp_run, tmp_path):
+def exported_with_heads(run_dir, out, auto_class, architecture):
+    """The run exported with its heads, loaded by ``auto_class`` with every key matched."""
     from pretextual.exporters.export import export_checkpoint
-    out = tmp_path / "export"
-    export_checkpoint(nsp_run, out, ["safetensors"], with_heads=True, log=lambda *a: None)
-    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
-    model, info = AutoModelForPreTraining.from_pretrained(out, output_loading_info=True)
+    export_checkpoint(run_dir, out, ["safetensors"], with_heads=True, log=lambda *a: None)
+    assert json.loads((out / "config.json").read_text())["architectures"] == [architecture]
+    model, info = auto_class.from_pretrained(out, output_loading_info=True)
     assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
+    return model
+
+
+def test_with_heads_nsp_becomes_seq_relationship(nsp_run, tmp_path):
+    out = tmp_path / "export"
+    model = exported_with_heads(nsp_run, out, AutoModelForPreTraining, "BertForPreTraining")
     ours = reference_model(nsp_run)
     for batch in batches(nsp_run):
         with torch.no_grad():
@@ -147,16 +153,12 @@ def test_with_heads_nsp_becomes_seq_relationship(nsp_run, tmp_path):
 def test_an_nsp_only_export_is_bert_for_next_sentence_prediction(corpus_file, cache_dir, tmp_path):
     from pretextual.core.config import load_config
     from pretextual.core.trainer import Trainer
-    from pretextual.exporters.export import export_checkpoint
     from run_helpers import tiny_overrides
     run = tmp_path / "run"
     Trainer(load_config("bert", tiny_overrides(corpus_file, cache_dir, run, 3) + ["~objectives.mlm"]),
             log=lambda *a: None).train()
-    out = tmp_path / "export"
-    export_checkpoint(run, out, ["safetensors"], with_heads=True, log=lambda *a: None)
-    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForNextSentencePrediction"]
-    model, info = AutoModelForNextSentencePrediction.from_pretrained(out, output_loading_info=True)
-    assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
+    model = exported_with_heads(run, tmp_path / "export", AutoModelForNextSentencePrediction,
+                                "BertForNextSentencePrediction")
     ours = reference_model(run)
     for batch in batches(run):
         with torch.no_grad():

@@ -265,3 +265,23 @@ def test_a_head_tied_to_the_word_embeddings_checkpoints_resumes_and_exports(tiny
     export_checkpoint(both, tmp_path / "export-both", ["safetensors"], with_heads=True,
                       plugins=objective_plugin(**two), log=lambda *_: None)
     assert from_pretrained(tmp_path / "export-both").heads.keys() >= {"lengthy", "other"}
+
+
+def compiled_at(filename: str):
+    """A function that divides by zero, as if defined in ``filename``."""
+    namespace = {}
+    exec(compile("def broken(x):\n    return x / 0\n", filename, "exec"), namespace)
+    return namespace["broken"]
+
+
+def test_an_error_in_pretextuals_own_code_keeps_its_traceback_and_a_plugins_does_not():
+    from pathlib import Path
+
+    from pretextual.errors import plugin_call
+    package = Path(pretextual.__file__).resolve().parent
+    # A plugin module next to the package (site-packages/pretextual_myobj.py) is a plugin's.
+    with pytest.raises(PluginError, match=r"^objectives\.x: loss\(\) raised ZeroDivisionError: "
+                                          r"division by zero \(at pretextual_myobj\.py:2\)$"):
+        plugin_call("objectives.x", "loss()", compiled_at(str(package.parent / "pretextual_myobj.py")), 1)
+    with pytest.raises(ZeroDivisionError):  # a bug of pretextual's: raised as it is
+        plugin_call("objectives.x", "loss()", compiled_at(str(package / "objectives" / "mlm.py")), 1)
