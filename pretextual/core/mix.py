@@ -18,11 +18,13 @@ from torch import nn
 from pretextual.core.config import NO_OBJECTIVE, WeightSchedule, objective_options
 from pretextual.core.encoder import BertModel, EncoderConfig
 from pretextual.errors import ConfigError, PluginError, PluginRunError, plugin_call
-from pretextual.plugins.api import (Batch, BuildContext, HeadFactory, Objective, ObjectiveOutput,
-                                    ObjectiveSpec, StepInputs)
+from pretextual.plugins.api import (PARTS, Batch, BuildContext, HeadFactory, Objective,
+                                    ObjectiveOutput, ObjectiveSpec, StepInputs)
 from pretextual.plugins.manager import NAME, Plugins
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+WHAT_PARTS_DO = {"example_builder": "build examples from documents",
+                 "batch_transform": "corrupt the batch"}
 
 
 class PretrainingModel(nn.Module):
@@ -52,9 +54,10 @@ def check_objectives(objectives_cfg, plugins: Plugins
     """Check ``cfg.objectives`` as far as it can be without the tokenizer, so a mistake
     is reported before the corpus is read: every name is a registered objective, its
     weight schedule and options are well typed and in range (the options' own
-    ``check``), and some weight is not zero. Returns each objective's spec, schedule
-    and options by name, as :class:`ObjectiveMix` builds them. Raises ConfigError (or
-    PluginError for an unknown name) in one line naming the key."""
+    ``check``), some weight is not zero, and no two objectives provide the same
+    exclusive part. Returns each objective's spec, schedule and options by name, as
+    :class:`ObjectiveMix` builds them. Raises ConfigError (or PluginError for an
+    unknown name) in one line naming the key."""
     checked = {}
     for name, raw in objectives_cfg.items():
         spec = plugins.objective(name)
@@ -64,12 +67,35 @@ def check_objectives(objectives_cfg, plugins: Plugins
     if all(s.weight == 0 and s.start_weight == 0 for _, s, _ in checked.values()):
         raise ConfigError("objectives: every weight is zero, nothing would be trained "
                           f"({', '.join(f'objectives.{name}.weight' for name in checked)})")
+    provided = {name: provides(name, spec, options) for name, (spec, _, options) in checked.items()}
+    for part, what in WHAT_PARTS_DO.items():
+        providers = [name for name, parts in provided.items() if part in parts]
+        if len(providers) > 1:
+            a, b = providers[:2]
+            raise ConfigError(f"objectives: {a} and {b} conflict: both {what} and a batch has only "
+                              f"one way of being built; drop one (e.g. ~objectives.{b})")
     return checked
 
 
+def provides(name: str, spec: ObjectiveSpec, options: Any) -> frozenset[str]:
+    """The exclusive parts objective ``name`` declares for ``options`` (its spec's
+    ``provides``); PluginError unless they are a collection of :data:`PARTS`."""
+    declared = spec.provides
+    if callable(declared):
+        declared = plugin_call(f"objectives.{name}", "provides()", declared, options)
+    try:  # a bare string would be read as a set of letters
+        parts = None if isinstance(declared, str) else frozenset(declared)
+    except TypeError:
+        parts = None
+    if parts is None or not parts <= set(PARTS):
+        raise PluginError(f"objectives.{name}: provides must be a collection of "
+                          f"{', '.join(map(repr, PARTS))}, got {declared!r}")
+    return parts
+
+
 class ObjectiveMix:
-    """The objectives a run selected, built and checked for conflicts once the tokenizer
-    is known (before any step)."""
+    """The objectives a run selected, built once the tokenizer is known (before any
+    step), each holding the exclusive parts its spec declared."""
 
     def __init__(self, checked: dict[str, tuple[ObjectiveSpec, WeightSchedule, Any]],
                  context: BuildContext):
@@ -81,9 +107,10 @@ class ObjectiveMix:
             if not isinstance(objective, Objective):
                 raise PluginError(f"objectives.{name}: build() must return a pretextual.Objective, "
                                   f"got {type(objective).__name__}")
+            _check_parts(name, objective, provides(name, spec, options))
             self.selected.append(Selected(name, objective, schedule))
-        self.example_builder = self._exclusive("example_builder", "build examples from documents")
-        self.batch_transform = self._exclusive("batch_transform", "corrupt the batch")
+        self.example_builder = self._exclusive("example_builder", _CheckedBuilder)
+        self.batch_transform = self._exclusive("batch_transform", _CheckedTransform)
         self.heads = self._heads()
         self._grad_checked = False  # whether a training step has checked that losses backpropagate
 
@@ -91,16 +118,12 @@ class ObjectiveMix:
     def names(self) -> list[str]:
         return [s.name for s in self.selected]
 
-    def _exclusive(self, attr: str, what: str):
-        providers = [s for s in self.selected if getattr(s.objective, attr) is not None]
-        if len(providers) > 1:
-            a, b = providers[0].name, providers[1].name
-            raise ConfigError(f"objectives: {a} and {b} conflict: both {what} and a batch has only "
-                              f"one way of being built; drop one (e.g. ~objectives.{b})")
-        if not providers:
-            return None
-        wrapper = _CheckedTransform if attr == "batch_transform" else _CheckedBuilder
-        return wrapper(providers[0].name, getattr(providers[0].objective, attr))
+    def _exclusive(self, part: str, wrapper: type[_Checked]) -> _Checked | None:
+        """The one provider of ``part`` (check_objectives refused two), wrapped."""
+        for s in self.selected:
+            if getattr(s.objective, part) is not None:
+                return wrapper(s.name, getattr(s.objective, part))
+        return None
 
     def _heads(self) -> dict[str, HeadFactory]:
         heads: dict[str, HeadFactory] = {}
@@ -147,6 +170,20 @@ class ObjectiveMix:
                 logs[f"{s.name}/{key}"] = torch.as_tensor(value).detach()
         self._grad_checked = self._grad_checked or torch.is_grad_enabled()
         return total, logs
+
+
+def _check_parts(name: str, objective: Objective, declared: frozenset[str]) -> None:
+    """PluginError unless the built objective fills exactly the parts its spec declared,
+    which is what the conflict check before tokenizing relied on."""
+    for part in PARTS:
+        built = getattr(objective, part) is not None
+        if built and part not in declared:
+            raise PluginError(f"objectives.{name}: build() returned a {part}, but its ObjectiveSpec "
+                              f"does not declare it; add provides=({part!r},) so a conflicting mix "
+                              f"is refused before the corpus is read")
+        if part in declared and not built:
+            raise PluginError(f"objectives.{name}: its ObjectiveSpec declares provides {part!r}, "
+                              f"but build() returned no {part}")
 
 
 def _check_loss(where: str, value: Any, first: bool) -> None:

@@ -226,4 +226,5 @@ def build(options: MLMOptions, context: BuildContext) -> Objective:
 @hookimpl
 def pretextual_register_objectives(register):
     register(ObjectiveSpec(name="mlm", build=build, options=MLMOptions,
+                           provides=("batch_transform",),
                            description="Masked language modelling, 80/10/10 (BERT)"))

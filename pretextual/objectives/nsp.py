@@ -127,4 +127,5 @@ def build(options: NSPOptions, context: BuildContext) -> Objective:
 @hookimpl
 def pretextual_register_objectives(register):
     register(ObjectiveSpec(name="nsp", build=build, options=NSPOptions,
+                           provides=("example_builder",),
                            description="Next-sentence prediction on [CLS] A [SEP] B [SEP] (BERT)"))

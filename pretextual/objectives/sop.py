@@ -95,4 +95,5 @@ def build(options: SOPOptions, context: BuildContext) -> Objective:
 @hookimpl
 def pretextual_register_objectives(register):
     register(ObjectiveSpec(name="sop", build=build, options=SOPOptions,
+                           provides=("example_builder",),
                            description="Sentence-order prediction of two consecutive segments (ALBERT)"))

@@ -78,4 +78,5 @@ def build(options: SpanOptions, context: BuildContext) -> Objective:
 @hookimpl
 def pretextual_register_objectives(register):
     register(ObjectiveSpec(name="span", build=build, options=SpanOptions,
+                           provides=("batch_transform",),
                            description="Span masking of whole words, 80/10/10 per span (SpanBERT)"))

@@ -41,4 +41,5 @@ def build(options: MLMOptions, context: BuildContext) -> Objective:
 @hookimpl
 def pretextual_register_objectives(register):
     register(ObjectiveSpec(name="wwm", build=build, options=MLMOptions,
+                           provides=("batch_transform",),
                            description="Whole-word masking, 80/10/10 per word"))

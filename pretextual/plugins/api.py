@@ -11,9 +11,9 @@ Data flows one way::
     corpus -> documents -> examples (example_builder) -> batches (batch_transform)
            -> encoder -> heads -> loss (ObjectiveOutput) -> weighted sum
 
-Composition rules the core enforces (a conflicting mix is refused when the run
-builds its objectives, after the corpus is tokenized and before any step; never
-silently trimmed):
+Composition rules the core enforces (a conflicting mix is refused when the config
+is checked, before the corpus is read, from what each spec declares it
+``provides``; never silently trimmed):
 
 * at most one selected objective may provide an ``example_builder`` (two
   sentence-pair builders conflict); with none, the core packs full sentences;
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Collection, Mapping, Protocol
 
 import numpy as np
 import torch
@@ -98,6 +98,9 @@ randomness from the generator it is given, so batches are reproducible, and retu
 the batch with input_ids, attention_mask and token_type_ids still integer tensors of
 the shape it was given."""
 
+PARTS = ("example_builder", "batch_transform")
+"""The parts of an :class:`Objective` at most one objective of a mix may provide."""
+
 HeadFactory = Callable[[BertModel], nn.Module]
 """Builds a head given the encoder (so a head may tie weights to it)."""
 
@@ -150,12 +153,18 @@ class ObjectiveSpec:
     the config (``pretextual config``, and a run before it reads the corpus), so a
     check that needs no tokenizer belongs there, not in ``build``, which runs only
     once the corpus is tokenized.
+
+    ``provides`` names the exclusive parts (:data:`PARTS`) the built objective
+    fills, or is a function of the options returning them (an objective whose
+    masking is optional), so a conflicting mix is refused from the config alone.
+    ``build`` must return exactly the parts declared.
     """
 
     name: str
     build: Callable[[Any, BuildContext], Objective]
     options: type | None = None
     description: str = ""
+    provides: Collection[str] | Callable[[Any], Collection[str]] = ()
 
 
 @dataclass

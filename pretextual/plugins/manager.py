@@ -24,7 +24,7 @@ import pluggy
 from pretextual.core.config import SCHEDULE_KEYS
 from pretextual.errors import PluginError
 from pretextual.plugins import hookspecs
-from pretextual.plugins.api import ExporterSpec, ObjectiveSpec
+from pretextual.plugins.api import PARTS, ExporterSpec, ObjectiveSpec
 
 ENTRY_POINT_GROUP = "pretextual"
 ENV_LOAD_PLUGINS = "PRETEXTUAL_LOAD_PLUGINS"
@@ -288,11 +288,19 @@ a word on the command line (``--format a,b``)."""
 
 
 def _check_spec(kind: str, spec: Any) -> None:
-    """ValueError for a spec no run could use: a name that is not a config key, options
-    that are not a dataclass or that shadow the keys the core adds to every objective."""
+    """ValueError for a spec no run could use: a name that is not a config key, parts it
+    provides that are not :data:`PARTS`, options that are not a dataclass or that shadow
+    the keys the core adds to every objective."""
     if not isinstance(spec.name, str) or not NAME.fullmatch(spec.name):
         raise ValueError(f"{kind} name {spec.name!r} is not a config key (letters, digits, _ and -)")
-    if kind != "objective" or spec.options is None:
+    if kind != "objective":
+        return
+    if not callable(spec.provides) and (isinstance(spec.provides, str)
+                                        or not set(spec.provides) <= set(PARTS)):
+        raise ValueError(f"objective {spec.name!r}: provides must be a collection of "
+                         f"{', '.join(map(repr, PARTS))} or a function of the options returning "
+                         f"one, got {spec.provides!r}")
+    if spec.options is None:
         return
     if not (isinstance(spec.options, type) and dataclasses.is_dataclass(spec.options)):
         raise ValueError(f"objective {spec.name!r}: options must be a dataclass, got {spec.options!r}")

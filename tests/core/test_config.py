@@ -8,6 +8,7 @@ from pretextual.cli import main
 from pretextual.core.config import load_config, objective_options, recipe_names, reference_markdown
 from pretextual.core.mix import ObjectiveMix, check_objectives
 from pretextual.core.encoder import preset_config
+from pretextual.core.trainer import Trainer
 from pretextual.errors import ConfigError
 from pretextual.objectives.mlm import MLMOptions
 from pretextual.plugins.api import BuildContext, Vocab
@@ -168,12 +169,23 @@ def test_cli_reports_errors_in_one_line(capsys):
     ("roberta", "objectives.mlm.weight=0", "objectives: every weight is zero"),
     ("spanbert", "objectives.span.max_span=0", "objectives.span.max_span must be at least 1, got 0"),
     ("bert", "objectives.nsp.random_next_prob=2", "objectives.nsp.random_next_prob must be in [0, 1], got 2.0"),
+    ("bert", "objectives.sop.weight=1", "objectives: nsp and sop conflict: both build examples from "
+                                        "documents and a batch has only one way of being built; drop "
+                                        "one (e.g. ~objectives.sop)"),
+    ("roberta", "objectives.span.weight=1", "objectives: mlm and span conflict: both corrupt the batch"),
 ])
 def test_cli_config_refuses_what_train_refuses(capsys, recipe, override, message):
     assert main(["config", recipe, override]) == 2
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
     assert captured.out == "" and len(err) == 1 and err[0].startswith(f"pretextual: error: {message}")
+
+
+def test_a_conflicting_mix_is_refused_before_the_corpus_is_read(tmp_path):
+    cfg = load_config("roberta", ["objectives.wwm.weight=1", f"data.corpus={tmp_path / 'missing.txt'}",
+                                  f"trainer.output_dir={tmp_path / 'run'}"])
+    with pytest.raises(ConfigError, match=r"^objectives: mlm and wwm conflict: both corrupt the batch"):
+        Trainer(cfg, Plugins(), log=lambda *_: None)
 
 
 def test_cli_prints_resolved_config(capsys):

@@ -18,7 +18,7 @@ from pretextual.core.checkpoint import open_checkpoint
 from pretextual.core.config import load_config
 from pretextual.core.mix import check_objectives
 from pretextual.core.trainer import Trainer
-from pretextual.errors import PluginError
+from pretextual.errors import ConfigError, PluginError
 from pretextual.exporters import export_checkpoint, from_pretrained
 from pretextual.plugins.manager import Plugins
 
@@ -56,8 +56,11 @@ def long_or_short(inputs):
 
 
 def objective_plugin(loss=long_or_short, heads=None, transform=None, build=None, options=None,
-                     name="lengthy", twice=False):
+                     name="lengthy", twice=False, provides=None):
     """An in-process plugin registering one objective, with one part swapped for a mistake."""
+    if provides is None:
+        provides = ("batch_transform",) if transform else ()
+
     def make(opts, context):
         return pretextual.Objective(loss=loss, heads=heads or {"lengthy": FirstTokenHead},
                                     batch_transform=transform)
@@ -66,7 +69,8 @@ def objective_plugin(loss=long_or_short, heads=None, transform=None, build=None,
         @pretextual.hookimpl
         def pretextual_register_objectives(self, register):
             for _ in range(2 if twice else 1):
-                register(pretextual.ObjectiveSpec(name=name, build=build or make, options=options))
+                register(pretextual.ObjectiveSpec(name=name, build=build or make, options=options,
+                                                  provides=provides))
 
     plugins = Plugins(strict=True)
     plugins.register(Plugin(), name="lengthy-plugin", package="pretextual-lengthy", version="0.1")
@@ -176,12 +180,44 @@ class CheckedOptions:
     (dict(options=ShadowingOptions), r"objective 'lengthy': its options field 'weight' is a key "
                                      r"the core sets for every objective"),
     (dict(options=dict), r"objective 'lengthy': options must be a dataclass"),
+    (dict(provides="batch_transform"), r"objective 'lengthy': provides must be a collection of "
+                                       r"'example_builder', 'batch_transform'"),
+    (dict(provides=("masker",)), r"objective 'lengthy': provides must be a collection of"),
     (dict(twice=True), r"^objective 'lengthy' is registered twice by plugin 'lengthy-plugin' "
                        r"\(package pretextual-lengthy 0\.1\): give each registration its own name$"),
 ])
 def test_a_spec_no_run_could_use_is_refused_when_registered(mistake, message):
     with pytest.raises(PluginError, match=message):
         objective_plugin(**mistake)
+
+
+def keep(batch, generator):
+    return batch
+
+
+@pytest.mark.parametrize("declared, transform, message", [
+    ((), keep, r"^objectives\.lengthy: build\(\) returned a batch_transform, but its ObjectiveSpec "
+               r"does not declare it; add provides=\('batch_transform',\)"),
+    (("example_builder",), None, r"^objectives\.lengthy: its ObjectiveSpec declares provides "
+                                 r"'example_builder', but build\(\) returned no example_builder$"),
+    (lambda options: "example_builder", None, r"^objectives\.lengthy: provides must be a collection "
+                                              r"of 'example_builder', 'batch_transform', got "
+                                              r"'example_builder'$"),
+])
+def test_parts_built_must_be_the_parts_declared(tiny_config, declared, transform, message):
+    with pytest.raises(PluginError, match=message):
+        run(tiny_config, objective_plugin(transform=transform, provides=declared))
+
+
+def test_a_declared_part_conflicts_before_anything_is_built():
+    built = []
+    plugins = objective_plugin(build=lambda options, context: built.append(1),
+                               provides=lambda options: ("batch_transform",))
+    cfg = load_config("roberta", ["objectives.lengthy.weight=1"])
+    with pytest.raises(ConfigError, match=r"^objectives: mlm and lengthy conflict: both corrupt the "
+                                          r"batch .* drop one \(e\.g\. ~objectives\.lengthy\)$"):
+        check_objectives(cfg.objectives, plugins)
+    assert built == []
 
 
 def test_an_options_check_that_raises_is_one_line():
@@ -216,7 +252,7 @@ def test_examples_that_do_not_collate_name_their_builder(tiny_config):
     cfg = tiny_config("roberta", "objectives.lengthy.weight=1")
     with pytest.raises(PluginError, match=r"^objectives\.lengthy: example_builder made examples that "
                                           r"do not make a batch \(the training split: \d+ documents\)"):
-        Trainer(cfg, objective_plugin(build=make), log=lambda *_: None)
+        Trainer(cfg, objective_plugin(build=make, provides=("example_builder",)), log=lambda *_: None)
 
 
 def test_a_constant_loss_after_the_first_step_is_allowed(tiny_config):

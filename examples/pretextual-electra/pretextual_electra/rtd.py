@@ -152,5 +152,6 @@ def build(options: RTDOptions, context: BuildContext) -> Objective:
 def pretextual_register_objectives(register):
     register(ObjectiveSpec(
         name="rtd", build=build, options=RTDOptions,
+        provides=lambda options: ("batch_transform",) if options.masking == "own" else (),
         description="ELECTRA replaced-token detection: a small generator fills in masked "
                     "tokens, the encoder tells replaced from original at every position"))
