@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -27,10 +28,11 @@ _TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 def from_pretrained(path: str | Path) -> ExportedModel:
     """Load a directory written by ``pretextual export`` (or one saved by transformers'
-    BertModel or BertForPreTraining, with config.json, model.safetensors and
-    tokenizer.json; BertForMaskedLM has no pooler and a fine-tuned model a task head,
-    so those are refused): the encoder, every head's tensors under pretextual's names,
-    the tokenizer and the metadata. CheckpointError names the file that is missing or wrong."""
+    BertModel, BertForPreTraining or BertForMaskedLM, with config.json, model.safetensors
+    and tokenizer.json; a fine-tuned model's task head is refused): the encoder, every
+    head's tensors under pretextual's names, the tokenizer and the metadata.
+    BertForMaskedLM saves no pooler: it is then newly initialized, as transformers does,
+    with a warning. CheckpointError names the file that is missing or wrong."""
     path = Path(path)
     config_file = path / CONFIG_FILE
     if not config_file.is_file():
@@ -49,7 +51,11 @@ def from_pretrained(path: str | Path) -> ExportedModel:
         for key, value in read_tensors(heads_file).items():
             name, _, rest = key.partition(".")
             heads.setdefault(name, {})[rest] = value
-    encoder = build_encoder(config, encoder_state, model_file)
+    fresh_pooler = not any(k.startswith("pooler.") for k in encoder_state)
+    if fresh_pooler:
+        warnings.warn(f"{model_file}: has no pooler (saved from BertForMaskedLM?); the pooler is "
+                      f"newly initialized, as transformers does", stacklevel=2)
+    encoder = build_encoder(config, encoder_state, model_file, fresh_pooler)
     tokenizer_file = path / TOKENIZER_FILE
     tokenizer = read_tokenizer(tokenizer_file)
     with safe_open(str(model_file), "pt") as f:

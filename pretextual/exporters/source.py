@@ -45,10 +45,14 @@ def read_tensors(file: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from None
 
 
-def build_encoder(config: EncoderConfig, state: dict[str, torch.Tensor], file: Path) -> BertModel:
+def build_encoder(config: EncoderConfig, state: dict[str, torch.Tensor], file: Path,
+                  fresh_pooler: bool = False) -> BertModel:
     """A BertModel in eval mode holding ``state``; CheckpointError names the file and the
-    first tensor that is missing, unexpected or of the wrong shape."""
+    first tensor that is missing, unexpected or of the wrong shape. ``fresh_pooler``
+    keeps the pooler's initialisation, for a state that has none."""
     encoder = BertModel(config)
+    if fresh_pooler:
+        state = {**{k: v for k, v in encoder.state_dict().items() if k.startswith("pooler.")}, **state}
     try:
         encoder.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     except RuntimeError as exc:

@@ -183,3 +183,31 @@ def test_a_bpe_tokenizer_is_exported_for_autotokenizer(tmp_path):
     ids = bpe.encode("the river", add_special_tokens=False).ids
     assert theirs("the river")["input_ids"] == [bpe.token_to_id("[CLS]"), *ids, bpe.token_to_id("[SEP]")]
     assert theirs.mask_token == "[MASK]" and theirs.model_max_length == 64
+
+
+def test_a_model_saved_by_transformers_bert_for_masked_lm_loads_into_pretextual(encoder_export,
+                                                                                  mlm_run, tmp_path):
+    from pretextual.exporters import from_pretrained
+    from pretextual.objectives.mlm import MLMHead
+    torch.manual_seed(0)  # the MLM head transformers adds is new: any seed will do
+    theirs = AutoModelForMaskedLM.from_pretrained(encoder_export).eval()
+    saved = tmp_path / "hf-mlm"
+    theirs.save_pretrained(saved)
+    AutoTokenizer.from_pretrained(encoder_export).save_pretrained(saved)
+    with safe_open(str(saved / "model.safetensors"), "pt") as f:
+        assert not any(".pooler." in k for k in f.keys())  # what BertForMaskedLM saves
+    with pytest.warns(UserWarning, match=r"model\.safetensors: has no pooler \(saved from "
+                                         r"BertForMaskedLM\?\); the pooler is newly initialized"):
+        loaded = from_pretrained(saved)
+    assert loaded.heads.keys() == {"mlm"}
+    head = MLMHead(loaded.encoder)
+    head.load_state_dict(loaded.heads["mlm"], strict=True)
+    for batch in batches(mlm_run):
+        with torch.no_grad():
+            expected = theirs(**batch, output_hidden_states=True)
+            ours = loaded.encoder(**batch)
+            logits = head(ours.last_hidden_state)
+        assert (ours.last_hidden_state - expected.hidden_states[-1]).abs().max() <= HIDDEN_TOLERANCE
+        assert (logits - expected.logits).abs().max() <= HEADS_TOLERANCE
+    text = "The boat sees the river bank."
+    assert loaded.tokenizer.encode(text).ids == from_pretrained(encoder_export).tokenizer.encode(text).ids
