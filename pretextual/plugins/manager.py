@@ -4,7 +4,9 @@ collects the objectives and exporters they register.
 A plugin that fails (cannot be imported, implements a hook wrongly, raises inside a hook)
 is named on stderr with its error and the program goes on without it; ``strict=True``
 turns each of these into a :class:`~pretextual.errors.PluginError` instead. Two plugins
-registering the same objective or exporter name is always an error naming both.
+registering the same objective or exporter name are both named on stderr (strict: an
+error), and a run selecting that name is refused with the same message, while everything
+else they registered stays usable and ``pretextual plugins`` still lists them.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ class Plugins:
         self.objectives: dict[str, ObjectiveSpec] = {}
         self.exporters: dict[str, ExporterSpec] = {}
         self._owner: dict[tuple[str, str], str] = {}
+        self.clashes: dict[tuple[str, str], str] = {}
+        """(kind, name) registered by two plugins -> the message naming both."""
         self.hook = IsolatedHooks(self)
         for module in BUILTIN_PLUGINS:
             self._load_module(module, module.rsplit(".", 1)[1], "pretextual")
@@ -191,7 +195,8 @@ class Plugins:
         return None
 
     def _collect(self, info: PluginInfo) -> bool:
-        """Call the plugin's registration hooks, then add what they registered (all or nothing)."""
+        """Call the plugin's registration hooks, then add what they registered (nothing if a
+        hook fails or one name is registered twice by this plugin)."""
         found: dict[str, list[Any]] = {kind: [] for kind, _ in REGISTER_HOOKS.values()}
         for hook_name, (kind, spec_class) in REGISTER_HOOKS.items():
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
@@ -209,19 +214,26 @@ class Plugins:
                     self._fail(f"{info.label()} failed in {hook_name}: {_describe(exc)}")
                     return False
         for kind, specs in found.items():
+            names = [spec.name for spec in specs]
+            twice = next((n for n in names if names.count(n) > 1), None)
+            if twice is not None:
+                self.pm.unregister(name=info.name)
+                self._fail(f"{kind} {twice!r} is registered twice by {info.label()}: give each "
+                           f"registration its own name")
+                return False
+        for kind, specs in found.items():
             registry = self.objectives if kind == "objective" else self.exporters
             for spec in specs:
-                if spec.name in registry:
-                    owner = self._owner[(kind, spec.name)]
-                    if owner == info.name:
-                        raise PluginError(f"{kind} {spec.name!r} is registered twice by "
-                                          f"{info.label()}: give each registration its own name")
-                    raise PluginError(
-                        f"{kind} {spec.name!r} is registered twice: by {self.info[owner].label()} "
-                        f"and by {info.label()}; uninstall one or leave it out with {ENV_LOAD_PLUGINS}")
-                registry[spec.name] = spec
-                self._owner[(kind, spec.name)] = info.name
                 getattr(info, kind + "s").append(spec.name)
+                if spec.name not in registry:
+                    registry[spec.name] = spec
+                    self._owner[(kind, spec.name)] = info.name
+                    continue
+                message = (f"{kind} {spec.name!r} is registered twice: by "
+                           f"{self.info[self._owner[(kind, spec.name)]].label()} and by "
+                           f"{info.label()}; uninstall one or leave it out with {ENV_LOAD_PLUGINS}")
+                self.clashes[(kind, spec.name)] = message
+                self._fail(message, f"a run that selects {spec.name!r} is refused")
         return True
 
     def _disable(self, plugin_name: str, hook_name: str, exc: Exception) -> None:
@@ -241,14 +253,20 @@ class Plugins:
         return self.info[self._owner[(kind, name)]]
 
     def objective(self, name: str) -> ObjectiveSpec:
-        """The registered objective ``name``; a clear error listing the known ones otherwise."""
+        """The registered objective ``name``; a clear error listing the known ones otherwise,
+        or naming both plugins that registered it."""
+        if ("objective", name) in self.clashes:
+            raise PluginError(f"objectives.{name}: {self.clashes[('objective', name)]}")
         if name not in self.objectives:
             raise PluginError(f"objectives.{name}: no plugin registers an objective named "
                               f"{name!r} (known: {', '.join(sorted(self.objectives))})")
         return self.objectives[name]
 
     def exporter(self, name: str) -> ExporterSpec:
-        """The registered exporter ``name``; a clear error listing the known ones otherwise."""
+        """The registered exporter ``name``; a clear error listing the known ones otherwise,
+        or naming both plugins that registered it."""
+        if ("exporter", name) in self.clashes:
+            raise PluginError(self.clashes[("exporter", name)])
         if name not in self.exporters:
             raise PluginError(f"no plugin registers an exporter named {name!r} "
                               f"(known: {', '.join(sorted(self.exporters))})")

@@ -161,25 +161,45 @@ def test_a_plugin_raising_during_training_stops_a_strict_run(train):
         train(plugins, steps=4)
 
 
-def test_two_plugins_registering_one_objective_name_is_an_error_naming_both(fake_plugin, capsys):
+def test_two_plugins_registering_one_objective_name_are_named_and_the_name_refused(fake_plugin,
+                                                                                   capsys):
     fake_plugin("first-toys", GOOD.format(name="toy"))
     fake_plugin("second-toys", GOOD.format(name="toy"))
     message = ("objective 'toy' is registered twice: by plugin 'first_toys' (package first-toys 0.1) "
                "and by plugin 'second_toys' (package second-toys 0.1); uninstall one or leave it "
                "out with PRETEXTUAL_LOAD_PLUGINS")
+    plugins = Plugins()
+    assert capsys.readouterr().err == (f"pretextual: warning: {message}; a run that selects 'toy' "
+                                       f"is refused\n")
     with pytest.raises(PluginError) as failure:
-        Plugins()
+        plugins.objective("toy")
+    assert str(failure.value) == f"objectives.toy: {message}"
+    assert plugins.objective("mlm").name == "mlm"  # every other name is still usable
+    with pytest.raises(PluginError) as failure:
+        Plugins(strict=True)
     assert str(failure.value) == message
-    assert main(["plugins"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == f"pretextual: error: {message}"
+    capsys.readouterr()
+    # the listing that shows who registers what still works, both plugins in it
+    assert main(["plugins", "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = {r["name"]: r["objectives"] for r in json.loads(captured.out)}
+    assert rows["first_toys"] == rows["second_toys"] == ["toy"]
+    assert message in captured.err
+    assert main(["config", "roberta", "objectives.toy.weight=1"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"pretextual: error: objectives.toy: {message}"
 
 
-def test_a_plugin_reusing_a_built_in_objective_name_is_an_error(fake_plugin):
+def test_a_plugin_reusing_a_built_in_objective_name_does_not_stop_the_others(fake_plugin, capsys):
     fake_plugin("my-mlm", GOOD.format(name="mlm"))
-    with pytest.raises(PluginError, match=r"^objective 'mlm' is registered twice: by plugin 'mlm' "
-                                          r"\(package pretextual [\d.]+\) and by plugin 'my_mlm' "
-                                          r"\(package my-mlm 0.1\)"):
-        Plugins()
+    plugins = Plugins()
+    assert capsys.readouterr().err.startswith(
+        "pretextual: warning: objective 'mlm' is registered twice: by plugin 'mlm' (package "
+        "pretextual ")
+    with pytest.raises(PluginError, match=r"^objectives\.mlm: objective 'mlm' is registered twice: "
+                                          r"by plugin 'mlm' \(package pretextual [\d.]+\) and by "
+                                          r"plugin 'my_mlm' \(package my-mlm 0.1\)"):
+        plugins.objective("mlm")
+    assert plugins.objective("span").name == "span"
 
 
 def test_a_plugin_whose_name_is_taken_is_skipped(fake_plugin, capsys):
