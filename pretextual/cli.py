@@ -67,10 +67,11 @@ def cmd_config(args) -> int:
     if args.reference:
         print(reference_markdown(Plugins(strict=args.strict_plugins).objectives))
         return 0
-    from pretextual.core.mix import check_objectives
+    from pretextual.core.mix import check_objectives, resolved_objectives
     cfg = _load(args)
     # What train would refuse before reading the corpus, this refuses too.
-    check_objectives(cfg.objectives, Plugins.from_config(cfg, strict=args.strict_plugins))
+    checked = check_objectives(cfg.objectives, Plugins.from_config(cfg, strict=args.strict_plugins))
+    cfg.objectives = resolved_objectives(checked)  # as a run records it in config.yaml
     print(to_yaml(cfg), end="")
     return 0
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from pretextual.core.config import NO_OBJECTIVE, WeightSchedule, objective_options
@@ -91,6 +92,18 @@ def provides(name: str, spec: ObjectiveSpec, options: Any) -> frozenset[str]:
         raise PluginError(f"objectives.{name}: provides must be a collection of "
                           f"{', '.join(map(repr, PARTS))}, got {declared!r}")
     return parts
+
+
+def resolved_objectives(checked: dict[str, tuple[ObjectiveSpec, WeightSchedule, Any]]
+                        ) -> dict[str, dict[str, Any]]:
+    """Every key of each objective as the run reads it, typed and with defaults filled in
+    (``weight: 1`` from the command line is ``1.0``): what config.yaml records and
+    ``pretextual config`` prints."""
+    resolved = {}
+    for name, (_, schedule, options) in checked.items():
+        own = {} if options is None else OmegaConf.to_container(OmegaConf.structured(options))
+        resolved[name] = {**dataclasses.asdict(schedule), **own}
+    return resolved
 
 
 class ObjectiveMix:

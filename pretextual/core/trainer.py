@@ -30,7 +30,8 @@ from pretextual.core.data import MIN_SPLIT_DOCUMENTS, Batches, full_sentences, s
 from pretextual.core import distributed as dist_utils
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
 from pretextual.core.fastpath import keep_freed_memory
-from pretextual.core.mix import ObjectiveMix, PretrainingModel, check_objectives
+from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objectives,
+                                 resolved_objectives)
 from pretextual.core.prepare import tokenized_corpus
 from pretextual.core.tokenizer import (TOKENIZER_FILE, has_word_boundaries, read_tokenizer,
                                        tokenizer_sha256, vocab_of)
@@ -173,6 +174,7 @@ class Trainer:
         _check_output_dir(self.out)
         self.export_formats = _export_formats(cfg.trainer.export, self.plugins)
         objectives = check_objectives(cfg.objectives, self.plugins)
+        cfg.objectives = resolved_objectives(objectives)  # config.yaml records every option
         self.resuming = resume
         if not (resume and list_checkpoints(self.out / "checkpoints")):
             self._check_fresh_run_dir()

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from pretextual.cli import main
 from pretextual.core.config import load_config, objective_options, recipe_names, reference_markdown
@@ -189,9 +190,13 @@ def test_a_conflicting_mix_is_refused_before_the_corpus_is_read(tmp_path):
 
 
 def test_cli_prints_resolved_config(capsys):
-    assert main(["config", "albert", "objectives.sop.weight=0.5"]) == 0
-    out = capsys.readouterr().out
-    assert "sop:\n    weight: 0.5" in out
+    assert main(["config", "albert", "objectives.sop.weight=0.5", "objectives.wwm.weight=1"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out).objectives
+    # every key as the run reads it, typed: 1 from the command line is the float 1.0
+    assert printed.wwm == {"weight": 1.0, "schedule": "constant", "start_weight": 0.0,
+                           "schedule_steps": 0, "mask_prob": 0.15, "mask_ratio": 0.8,
+                           "random_ratio": 0.1}
+    assert type(printed.wwm.weight) is float and printed.sop.weight == 0.5
 
 
 def test_config_reference_is_up_to_date(monkeypatch):

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
@@ -41,7 +42,8 @@ def test_loss_falls_and_metrics_are_logged(tiny_config, tmp_path):
     # training breaks count ties in hash-map order, which differs between processes.
     assert final["eval/mlm/accuracy"] > 0.05
     assert (tmp_path / "run" / "tokenizer.json").is_file()
-    assert (tmp_path / "run" / "config.yaml").is_file()
+    recorded = OmegaConf.load(tmp_path / "run" / "config.yaml").objectives
+    assert recorded.mlm.mask_prob == 0.15 and recorded.mlm.weight == 1.0  # defaults filled in
 
 
 def test_same_seed_gives_identical_weights(tiny_config, tmp_path):
