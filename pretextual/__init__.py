@@ -1,16 +1,17 @@
 """pretextual: pretrain BERT-style text encoders from a weighted mix of pluggable objectives."""
 
-from pretextual.errors import CheckpointError, ConfigError, DataError, PluginError, PretextualError
+from pretextual.errors import (CheckpointError, ConfigError, DataError, EvaluationError,
+                               PluginError, PretextualError)
 from pretextual.plugins.api import (BuildContext, ExportedModel, ExporterSpec, ExportOptions,
                                     ExportSummary, Objective, ObjectiveOutput, ObjectiveSpec,
-                                    StepInputs, Vocab)
+                                    StepInputs, TaskData, TaskSpec, Vocab)
 from pretextual.plugins.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BuildContext", "CheckpointError", "ConfigError", "DataError", "ExportedModel", "ExporterSpec",
+    "BuildContext", "CheckpointError", "ConfigError", "DataError", "EvaluationError", "ExportedModel", "ExporterSpec",
     "ExportOptions", "ExportSummary", "Objective",
-    "ObjectiveOutput", "ObjectiveSpec", "PluginError", "PretextualError", "StepInputs", "Vocab",
+    "ObjectiveOutput", "ObjectiveSpec", "PluginError", "PretextualError", "StepInputs", "TaskData", "TaskSpec", "Vocab",
     "hookimpl", "__version__",
 ]

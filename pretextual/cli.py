@@ -1,4 +1,4 @@
-"""The ``pretextual`` command: train, prepare, config, plugins, export, plot, compare, ablate."""
+"""The ``pretextual`` command: train, prepare, config, plugins, export, plot, compare, evaluate, ablate."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from pretextual.errors import (CheckpointError, DataError, PluginRunError, PretextualError,
-                               TrainingError)
+from pretextual.errors import (CheckpointError, DataError, EvaluationError, PluginRunError,
+                               PretextualError, TrainingError)
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -83,9 +83,9 @@ def cmd_plugins(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = ("plugin", "package", "version", "objectives", "exporters", "hooks")
+    header = ("plugin", "package", "version", "objectives", "exporters", "tasks", "hooks")
     table = [header] + [(r["name"], r["package"], r["version"], ",".join(r["objectives"]),
-                         ",".join(r["exporters"]),
+                         ",".join(r["exporters"]), ",".join(r["tasks"]),
                          ",".join(h.removeprefix("pretextual_") for h in r["hooks"])) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
@@ -125,6 +125,33 @@ def cmd_ablate(args) -> int:
     from pretextual.analysis.ablate import ablate, parse_mixes
     ablate(parse_mixes(args.mixes), args.out, steps=args.steps, seeds=args.seeds,
            overrides=args.overrides, strict_plugins=args.strict_plugins)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from pretextual.evaluation.evaluate import EvalSettings, evaluate
+    from pretextual.evaluation.protocols import FinetuneSettings
+    from pretextual.evaluation.report import format_tables, write_json
+    from pretextual.evaluation.tasks import Columns, load_task
+    from pretextual.plugins.manager import Plugins
+    eval_files = args.eval_file or []
+    if len(eval_files) > len(args.task):
+        raise EvaluationError(f"--eval-file: {len(eval_files)} given for {len(args.task)} "
+                              f"--task(s); the i-th --eval-file belongs to the i-th --task")
+    columns = Columns(text=args.text_column, pair=args.pair_column, label=args.label_column,
+                      group=args.group_column)
+    plugins = Plugins(strict=args.strict_plugins)
+    tasks = [load_task(task, plugins, columns, eval_files[i] if i < len(eval_files) else None)
+             for i, task in enumerate(args.task)]
+    settings = EvalSettings(
+        protocols=tuple(p.strip() for p in args.protocol.split(",") if p.strip()),
+        seeds=args.seeds, folds=args.folds, max_length=args.max_length, device=args.device,
+        finetune=FinetuneSettings(epochs=args.finetune_epochs, lr=args.finetune_lr,
+                                  batch_size=args.finetune_batch_size))
+    document = evaluate(args.models, tasks, settings)
+    if args.json:
+        write_json(document, args.json)
+    print(format_tables(document), end="")
     return 0
 
 
@@ -223,6 +250,39 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--markdown", action="store_true", help="print a markdown table")
     compare.add_argument("--json", action="store_true", help="print JSON instead of a table")
     compare.set_defaults(func=cmd_compare)
+
+    evaluate = add_command("evaluate", help="score encoders on downstream tasks against "
+                                              "baselines, on the same splits and seeds")
+    evaluate.add_argument("models", nargs="+", metavar="MODEL",
+                          help="a run directory (its newest checkpoint), a checkpoint, an export "
+                               "or a directory saved by transformers")
+    evaluate.add_argument("--task", action="append", required=True, metavar="TASK",
+                          help="a .csv, .tsv or .jsonl file with text (text_pair) and label "
+                               "columns, or a task a plugin registers; repeat for several")
+    evaluate.add_argument("--eval-file", action="append", metavar="FILE",
+                          help="the evaluation split of the task file given in the same place "
+                               "(default: cross-validation)")
+    evaluate.add_argument("--protocol", default="probe",
+                          help="probe (frozen features), finetune, or both: probe,finetune "
+                               "(default: %(default)s)")
+    evaluate.add_argument("--seeds", type=_positive(int), default=3,
+                          help="seeds per model and protocol (default: %(default)s)")
+    evaluate.add_argument("--folds", type=_positive(int), default=5,
+                          help="cross-validation folds without --eval-file (default: %(default)s)")
+    evaluate.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    evaluate.add_argument("--text-column", default="text", metavar="NAME")
+    evaluate.add_argument("--pair-column", metavar="NAME",
+                          help="the second text of a pair task (default: text_pair, if present)")
+    evaluate.add_argument("--label-column", default="label", metavar="NAME")
+    evaluate.add_argument("--group-column", metavar="NAME",
+                          help="examples of one group stay in one fold")
+    evaluate.add_argument("--max-length", type=_positive(int), default=128, metavar="N",
+                          help="tokens per example at most (default: %(default)s)")
+    evaluate.add_argument("--finetune-epochs", type=_positive(int), default=3, metavar="N")
+    evaluate.add_argument("--finetune-lr", type=_positive(float), default=1e-4, metavar="LR")
+    evaluate.add_argument("--finetune-batch-size", type=_positive(int), default=32, metavar="N")
+    evaluate.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    evaluate.set_defaults(func=cmd_evaluate)
 
     ablate = add_command("ablate", help="train objective mixes on the same data and token "
                                         "budget, probe them alike, write a report")

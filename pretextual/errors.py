@@ -34,6 +34,10 @@ class CheckpointError(PretextualError):
     """A checkpoint or export that is missing, corrupt or does not fit the model."""
 
 
+class EvaluationError(PretextualError):
+    """A downstream task or model that cannot be evaluated (the message names the file and column)."""
+
+
 class TrainingError(PretextualError):
     """Training cannot go on (e.g. a non-finite loss); the message names the step and objective."""
 

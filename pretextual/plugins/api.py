@@ -236,3 +236,37 @@ class ExporterSpec:
     description: str = ""
     heads: bool = False
     quantize: tuple[str, ...] = ()
+
+
+@dataclass
+class TaskData:
+    """Labelled examples of a downstream task, one list entry per example.
+
+    ``label`` holds class names or integer ids (a classification task) or floats (a
+    regression task, scored by Pearson and Spearman correlation). ``text_pair`` makes
+    it a sentence-pair task. ``group`` keeps examples together in cross-validation:
+    examples of one group (an author, a thread, a source document) never straddle a
+    train and a test fold.
+    """
+
+    text: list[str]
+    label: list[Any]
+    text_pair: list[str] | None = None
+    group: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a plugin registers to make a downstream task available by name
+    (``pretextual evaluate MODEL --task <name>``, ``trainer.eval_tasks=[<name>]``).
+
+    ``load()`` returns the task's :class:`TaskData`; ``load_eval()``, when given, its
+    separate evaluation split (else the evaluation cross-validates ``load()``'s data).
+    Either may raise ``pretextual.PretextualError`` with one line saying what is
+    missing (a data set that is not installed, say).
+    """
+
+    name: str
+    load: Callable[[], TaskData]
+    description: str = ""
+    load_eval: Callable[[], TaskData] | None = None

@@ -75,3 +75,13 @@ def pretextual_on_eval(step: int, metrics: dict[str, float], trainer: Any) -> No
 def pretextual_on_checkpoint(step: int, path: str, trainer: Any) -> None:
     """Called after a checkpoint for ``step`` has been written (atomically) to the
     directory ``path``: every ``trainer.checkpoint_every`` steps and at the end."""
+
+
+@hookspec
+def pretextual_register_tasks(register: Callable[[Any], None]) -> None:
+    """Register downstream tasks: call ``register(TaskSpec(...))`` once per task.
+
+    Called once, when the plugin is loaded. The spec's name is what
+    ``pretextual evaluate --task`` and ``trainer.eval_tasks`` accept next to task files;
+    names are unique as for objectives.
+    """

@@ -1,5 +1,5 @@
 """The plugin manager: loads built-in and installed plugins, isolates their failures, and
-collects the objectives and exporters they register.
+collects the objectives, exporters and downstream tasks they register.
 
 A plugin that fails (cannot be imported, implements a hook wrongly, raises inside a hook)
 is named on stderr with its error and the program goes on without it; ``strict=True``
@@ -26,7 +26,7 @@ import pluggy
 from pretextual.core.config import SCHEDULE_KEYS
 from pretextual.errors import PluginError
 from pretextual.plugins import hookspecs
-from pretextual.plugins.api import PARTS, ExporterSpec, ObjectiveSpec
+from pretextual.plugins.api import PARTS, ExporterSpec, ObjectiveSpec, TaskSpec
 
 ENTRY_POINT_GROUP = "pretextual"
 ENV_LOAD_PLUGINS = "PRETEXTUAL_LOAD_PLUGINS"
@@ -49,6 +49,7 @@ BUILTIN_PLUGINS = (
 REGISTER_HOOKS = {
     "pretextual_register_objectives": ("objective", ObjectiveSpec),
     "pretextual_register_exporters": ("exporter", ExporterSpec),
+    "pretextual_register_tasks": ("task", TaskSpec),
 }
 
 
@@ -62,6 +63,7 @@ class PluginInfo:
     hooks: list[str] = field(default_factory=list)
     objectives: list[str] = field(default_factory=list)
     exporters: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
 
     def label(self) -> str:
         """``'name' (package P V)``: how messages name the plugin."""
@@ -70,7 +72,7 @@ class PluginInfo:
 
 
 class Plugins:
-    """The loaded plugins and the registries of objectives and exporters they fill.
+    """The loaded plugins and the registries of objectives, exporters and tasks they fill.
 
     Load order: built-ins, then installed entry points (group ``pretextual``, filtered by
     ``PRETEXTUAL_LOAD_PLUGINS``), then ``extra_modules`` (import paths, e.g. from the
@@ -84,6 +86,7 @@ class Plugins:
         self.info: dict[str, PluginInfo] = {}
         self.objectives: dict[str, ObjectiveSpec] = {}
         self.exporters: dict[str, ExporterSpec] = {}
+        self.tasks: dict[str, TaskSpec] = {}
         self._owner: dict[tuple[str, str], str] = {}
         self.clashes: dict[tuple[str, str], str] = {}
         """(kind, name) registered by two plugins -> the message naming both."""
@@ -222,7 +225,7 @@ class Plugins:
                            f"registration its own name")
                 return False
         for kind, specs in found.items():
-            registry = self.objectives if kind == "objective" else self.exporters
+            registry = getattr(self, kind + "s")
             for spec in specs:
                 getattr(info, kind + "s").append(spec.name)
                 if spec.name not in registry:
@@ -244,12 +247,12 @@ class Plugins:
             raise PluginError(message) from exc
         self.pm.unregister(name=plugin_name)
         self._fail(message, "disabled its hooks for the rest of the run (what it registered, "
-                            "objectives and exporters, stays in use)")
+                            "objectives, exporters and tasks, stays in use)")
 
     # --- lookup ----------------------------------------------------------------------------
 
     def owner(self, kind: str, name: str) -> PluginInfo:
-        """The plugin that registered objective/exporter ``name``."""
+        """The plugin that registered objective/exporter/task ``name``."""
         return self.info[self._owner[(kind, name)]]
 
     def objective(self, name: str) -> ObjectiveSpec:
@@ -271,6 +274,17 @@ class Plugins:
             raise PluginError(f"no plugin registers an exporter named {name!r} "
                               f"(known: {', '.join(sorted(self.exporters))})")
         return self.exporters[name]
+
+    def task(self, name: str) -> TaskSpec:
+        """The registered downstream task ``name``; a clear error listing the known ones
+        otherwise, or naming both plugins that registered it."""
+        if ("task", name) in self.clashes:
+            raise PluginError(self.clashes[("task", name)])
+        if name not in self.tasks:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise PluginError(f"--task {name}: no such file, and no plugin registers a task "
+                              f"named {name!r} (known: {known})")
+        return self.tasks[name]
 
 
 class IsolatedHooks:
