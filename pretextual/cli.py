@@ -124,7 +124,8 @@ def cmd_compare(args) -> int:
 def cmd_ablate(args) -> int:
     from pretextual.analysis.ablate import ablate, parse_mixes
     ablate(parse_mixes(args.mixes), args.out, steps=args.steps, seeds=args.seeds,
-           overrides=args.overrides, strict_plugins=args.strict_plugins)
+           overrides=args.overrides, strict_plugins=args.strict_plugins, tasks=args.task or [],
+           protocols=[p.strip() for p in args.protocol.split(",") if p.strip()])
     return 0
 
 
@@ -297,6 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seeds 0..k-1 per mix (default: %(default)s)")
     ablate.add_argument("--out", required=True, metavar="DIR",
                         help="where the runs and the report (report.md) go")
+    ablate.add_argument("--task", action="append", metavar="TASK",
+                        help="also score every run on this downstream task (a task file or a "
+                             "registered name, as pretextual evaluate); repeat for several")
+    ablate.add_argument("--protocol", default="probe",
+                        help="the downstream protocols of --task (default: %(default)s)")
     ablate.set_defaults(func=cmd_ablate)
     return parser
 

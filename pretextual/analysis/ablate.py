@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -79,6 +79,12 @@ class Ablation:
     probe_data: str
     """What the probes were measured on, in words."""
     runs: list[RunResult]
+    tasks: list[str] = field(default_factory=list)
+    protocols: list[str] = field(default_factory=list)
+    downstream: dict | None = None
+    """``pretextual evaluate``'s document of every trained run on the tasks."""
+    mix_differences: list[dict] = field(default_factory=list)
+    """Each pair of mixes on each task and protocol: difference, its se, in words."""
 
 
 def mix_label(source: str) -> str:
@@ -124,12 +130,19 @@ def _probe_inputs(trainer: Trainer) -> ProbeData:
 
 def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int = 1,
            overrides: Sequence[str] = (), strict_plugins: bool = False,
-           log: Callable[[str], None] = print) -> Ablation:
+           log: Callable[[str], None] = print, tasks: Sequence[str] = (),
+           protocols: Sequence[str] = ("probe",)) -> Ablation:
     """Run the ablation into ``out``: ``runs/<mix>-seed<k>/`` and the report (report.md,
-    report.json, plots); returns the results. ``overrides`` apply to every mix."""
+    report.json, plots); returns the results. ``overrides`` apply to every mix; each
+    trained run is then scored on ``tasks`` by ``pretextual evaluate``'s ``protocols``."""
     if steps <= 0 or seeds <= 0:
         raise AblationError(f"--steps and --seeds must be positive, got {steps} and {seeds}")
     check_overrides(overrides)
+    from pretextual.evaluation.evaluate import EvalSettings
+    from pretextual.evaluation.tasks import load_task
+    settings = EvalSettings(protocols=tuple(protocols), seeds=1)
+    settings.check()
+    loaded_tasks = [load_task(t, Plugins(strict=strict_plugins)) for t in tasks]  # before training
     out = Path(out)
     quiet = lambda *_: None  # noqa: E731
 
@@ -180,6 +193,40 @@ def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int =
                 + ", ".join(f"{k}={v:.4f}" for k, v in result.probes.items() if v is not None))
             runs.append(result)
     ablation = Ablation([mix_label(m) for m in mixes], steps, seeds, list(overrides), budget,
-                        per_step, data.describe(), runs)
+                        per_step, data.describe(), runs, list(tasks), list(protocols))
+    if loaded_tasks:
+        from pretextual.evaluation.evaluate import evaluate
+        trained = [r for r in runs if r.run_dir]
+        log(f"downstream: {', '.join(tasks)} ({', '.join(protocols)})")
+        ablation.downstream = evaluate([r.run_dir for r in trained], loaded_tasks, settings, log)
+        ablation.mix_differences = mix_differences(ablation.downstream, trained)
     log(f"report: {write_report(ablation, out)}")
     return ablation
+
+
+def mix_differences(document: dict, runs: list[RunResult]) -> list[dict]:
+    """Each pair of mixes, on each task and protocol: the mean over pretraining seeds of
+    the difference between their runs of one seed, and its standard error (the spread of
+    those differences over the seeds, plus their own standard errors)."""
+    from pretextual.evaluation.report import verdict
+    run_of = {(r.mix, r.seed): r.run_dir for r in runs}
+    mixes = list(dict.fromkeys(r.mix for r in runs))
+    seeds = sorted({r.seed for r in runs})
+    found = []
+    for task, result in document["tasks"].items():
+        pairs = {(p["a"], p["b"], p["protocol"]): p for p in result["pairs"]}
+        for i, a in enumerate(mixes):
+            for b in mixes[i + 1:]:
+                for protocol in document["settings"]["protocols"]:
+                    diffs, ses = [], []
+                    for seed in seeds:
+                        pair = pairs[(run_of[(a, seed)], run_of[(b, seed)], protocol)]
+                        diffs.append(pair["difference"])
+                        ses.append(pair["se"])
+                    k = len(diffs)
+                    mean = sum(diffs) / k
+                    spread = sum((d - mean) ** 2 for d in diffs) / (k - 1) if k > 1 else 0.0
+                    se = math.sqrt(spread / k + sum(e * e for e in ses) / k / k)
+                    found.append({"task": task, "protocol": protocol, "a": a, "b": b,
+                                  "difference": mean, "se": se, "verdict": verdict(mean, se)})
+    return found

@@ -31,6 +31,8 @@ def command(ablation: Ablation, out: Path) -> str:
     """The command line that runs this ablation again."""
     words = ["pretextual", "ablate", "--mixes", ",".join(ablation.mixes), "--steps",
              str(ablation.steps), "--seeds", str(ablation.seeds), "--out", str(out),
+             *(w for t in ablation.tasks for w in ("--task", t)),
+             *(["--protocol", ",".join(ablation.protocols)] if ablation.tasks else []),
              *ablation.overrides]
     return " ".join(shlex.quote(w) for w in words)
 
@@ -123,6 +125,17 @@ def write_report(ablation: Ablation, out: str | Path) -> Path:
         lines += [f"![probes]({PROBES_PLOT})", "", f"![training curves]({CURVES_PLOT})", ""]
     else:
         lines += ["(No plots: they need matplotlib, `pip install 'pretextual[plot]'`.)", ""]
+    if ablation.downstream is not None:
+        from pretextual.evaluation.report import format_tables
+        lines += ["## Downstream", "",
+                  f"Each trained run scored by `pretextual evaluate` ({', '.join(ablation.protocols)}) "
+                  f"on {', '.join(ablation.tasks)}, the same splits for every run:", "",
+                  "```", format_tables(ablation.downstream).rstrip(), "```", "",
+                  "Each pair of mixes (mean over pretraining seeds of the difference between "
+                  "their runs of one seed; beyond the noise past 2 standard errors):", ""]
+        lines += [f"- {d['task']} ({d['protocol']}): {d['a']} - {d['b']} = "
+                  f"{d['difference']:+.4f} (se {d['se']:.4f}): {d['verdict']}"
+                  for d in ablation.mix_differences] + [""]
     lines += ["## Runs", "", format_table(run_rows(ablation, out), markdown=True), ""]
     report = out / REPORT
     report.write_text("\n".join(lines))

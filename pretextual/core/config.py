@@ -97,6 +97,8 @@ class TrainerConfig:
     """Evaluate on the held-out split every N steps (and at the end); 0 only at the end."""
     eval_batches: int = 10
     """Held-out batches per evaluation."""
+    eval_tasks: list[str] = field(default_factory=list)
+    """Downstream tasks probed at each evaluation (task files with text/label columns, or registered names such as python-packages): the frozen-feature probe of `pretextual evaluate`, logged as eval/<task>/<metric>."""
     log_every: int = 1
     """Append a metrics line every N steps."""
     checkpoint_every: int = 100

@@ -327,7 +327,7 @@ def _prose(block: str) -> bool:
     return len(block) > 20 and letters / len(block) > 0.85
 
 
-def _blocks(text: str) -> list[str]:
+def prose_blocks(text: str) -> list[str]:
     """Paragraphs of a docstring-like text (blank-line separated), prose only."""
     blocks = [" ".join(b.split()) for b in re.split(r"\n\s*\n", text)]
     return [b for b in blocks if _prose(b)]
@@ -343,7 +343,7 @@ def embedded_corpus() -> list[Document]:
     except ImportError:  # some distributions strip pydoc_data
         topics = {}
     for name in sorted(topics):
-        sentences = [s for b in _blocks(topics[name]) for s in split_sentences(b)]
+        sentences = [s for b in prose_blocks(topics[name]) for s in split_sentences(b)]
         if sentences:
             docs.append(Document(sentences, f"pydoc topic {name}"))
     stdlib = Path(sysconfig.get_paths()["stdlib"])
@@ -357,7 +357,7 @@ def embedded_corpus() -> list[Document]:
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 doc = ast.get_docstring(node)
                 if doc:
-                    paragraphs.extend(_blocks(doc))
+                    paragraphs.extend(prose_blocks(doc))
         sentences = [s for p in paragraphs for s in split_sentences(p)]
         if len(sentences) >= 2:
             docs.append(Document(sentences, str(path)))

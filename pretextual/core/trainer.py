@@ -225,6 +225,12 @@ class Trainer:
                 raise PluginRunError(f"objectives.{self.mix.example_builder.name}: example_builder "
                                      f"made examples that do not make a batch ({split}): {exc}") from None
 
+        self.task_probes = None
+        if cfg.trainer.eval_tasks:  # loaded and checked now: a bad task file fails before training
+            from pretextual.evaluation.probing import TaskProbes
+            self.task_probes = TaskProbes(list(cfg.trainer.eval_tasks), self.plugins, self.tokenizer,
+                                          cfg.data.max_seq_length, self.vocab.size)
+
         torch.manual_seed(seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
         if cfg.trainer.compile:
@@ -452,9 +458,11 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Mean loss per objective and each metric over the held-out batches, each batch
-        weighted by its examples (the last batch of the split may be smaller)."""
+        weighted by its examples (the last batch of the split may be smaller), and the
+        downstream probe of each of trainer.eval_tasks."""
+        probes = self.task_probes(self.model.bert, self.device) if self.task_probes else {}
         if self.eval_batches is None:
-            return {}
+            return probes
         self.model.eval()
         sums: dict[str, float] = {}
         examples = 0
@@ -469,7 +477,7 @@ class Trainer:
                 sums[f"eval/{key}"] = sums.get(f"eval/{key}", 0.0) + float(value) * rows
             examples += rows
         self.model.train()
-        return {k: v / examples for k, v in sums.items()}
+        return {**{k: v / examples for k, v in sums.items()}, **probes}
 
     def _gradient_sync(self, sync: bool):
         if isinstance(self.forward, torch.nn.parallel.DistributedDataParallel) and not sync:

@@ -36,10 +36,6 @@ class Encoder:
     max_length: int
     init_seed: int
 
-    @property
-    def pad_id(self) -> int:
-        return vocab_of(self.tokenizer).pad_id
-
     def key(self) -> tuple:
         """What makes two encoders' untrained twins the same model."""
         return (tuple(sorted(self.model.config.to_dict().items())), self.init_seed,
@@ -108,21 +104,20 @@ class Tokenized:
                 "token_type_ids": torch.from_numpy(types).to(device)}
 
 
-def tokenize(encoder: Encoder, text: list[str], text_pair: list[str] | None,
-             max_length: int) -> Tokenized:
-    """Each example framed as in training and cut to ``max_length`` tokens (the longer
-    text of a pair first)."""
-    tokenizer = Tokenizer.from_str(encoder.tokenizer.to_str())
+def tokenize(tokenizer: Tokenizer, text: list[str], text_pair: list[str] | None,
+             max_length: int, vocab_size: int, source: str) -> Tokenized:
+    """Each example framed by ``tokenizer`` (as in training) and cut to ``max_length``
+    tokens (the longer text of a pair first); ids must fit the encoder of ``source``."""
+    tokenizer = Tokenizer.from_str(tokenizer.to_str())
     tokenizer.enable_truncation(max_length=max_length, strategy="longest_first")
     inputs = list(zip(text, text_pair)) if text_pair is not None else text
     encodings = tokenizer.encode_batch(inputs)
-    vocab_size = encoder.model.config.vocab_size
     ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
     if any(len(i) and int(i.max()) >= vocab_size for i in ids):
-        raise EvaluationError(f"{encoder.name}: its tokenizer gives ids beyond the encoder's "
+        raise EvaluationError(f"{source}: its tokenizer gives ids beyond the encoder's "
                               f"vocabulary of {vocab_size}")
     return Tokenized(ids=ids, type_ids=[np.asarray(e.type_ids, dtype=np.int64) for e in encodings],
-                     pad_id=encoder.pad_id)
+                     pad_id=vocab_of(tokenizer).pad_id)
 
 
 def length_batches(tokenized: Tokenized, rows: np.ndarray, batch_size: int) -> list[np.ndarray]:

@@ -112,7 +112,8 @@ def score_encoder(encoder: Encoder, splits: Splits, device: torch.device,
     """Every protocol of one encoder on one task."""
     task, settings = splits.task, splits.settings
     length = min(settings.max_length, encoder.max_length)
-    tokenized = tokenize(encoder, task.text, task.text_pair, length)
+    tokenized = tokenize(encoder.tokenizer, task.text, task.text_pair, length,
+                         encoder.model.config.vocab_size, encoder.name)
     scored: dict[str, Scored] = {}
     if "probe" in settings.protocols:
         started = time.perf_counter()
@@ -147,7 +148,8 @@ def evaluate(models: list[str], tasks: list[Task], settings: EvalSettings,
              log: Callable[[str], None] | None = None) -> dict:
     """Score each model (a path: run, checkpoint, export or transformers directory) on
     each task under each protocol, with the baselines, on the same splits and seeds.
-    Returns the JSON document: ``{"tasks": {task: {"metric", "n", "models", "baselines"}}}``."""
+    Returns the JSON document: ``{"tasks": {task: {"metric", "n", "models", "baselines",
+    "pairs"}}}``, ``pairs`` holding the difference of every two models with its standard error."""
     settings.check()
     log = log or (lambda line: print(line, file=sys.stderr))
     from pretextual.core.distributed import device_for
@@ -175,8 +177,9 @@ def evaluate(models: list[str], tasks: list[Task], settings: EvalSettings,
             for key, (label, twin) in twins.items():
                 untrained[key] = score_encoder(twin, splits, device, log)
                 result["baselines"][label] = {p: _entry(task, s) for p, s in untrained[key].items()}
+        scored_models: dict[str, dict[str, Scored]] = {}
         for name, encoder in encoders.items():
-            scored = score_encoder(encoder, splits, device, log)
+            scored_models[name] = scored = score_encoder(encoder, splits, device, log)
             entry = {}
             for protocol, s in scored.items():
                 entry[protocol] = _entry(task, s)
@@ -184,6 +187,11 @@ def evaluate(models: list[str], tasks: list[Task], settings: EvalSettings,
                 if floor is not None:
                     entry[protocol]["vs_untrained"] = difference(task, s, floor)
             result["models"][name] = entry
+        names = list(scored_models)
+        result["pairs"] = [{"a": a, "b": b, "protocol": p,
+                            **difference(task, scored_models[a][p], scored_models[b][p])}
+                           for i, a in enumerate(names) for b in names[i + 1:]
+                           for p in settings.protocols]
         document["tasks"][task.name] = result
     return document
 

@@ -25,8 +25,8 @@ from pretextual.errors import EvaluationError
 from pretextual.evaluation.encoders import Encoder, Tokenized, length_batches
 from pretextual.evaluation.tasks import CLASSIFICATION, Task
 
-PROBE_C = 1.0
-"""Inverse L2 strength of the logistic probe (scikit-learn's default), on standardised features."""
+PROBE_C = 0.1
+"""Inverse L2 strength of the logistic probe, on standardised features (one value for every task)."""
 RIDGE_ALPHA = 1.0
 
 
@@ -56,10 +56,13 @@ def probe(x: np.ndarray, task: Task, train: np.ndarray, test: np.ndarray) -> np.
 
 
 def majority(task: Task, train: np.ndarray, test: np.ndarray) -> np.ndarray:
-    """The training split's most frequent class (lowest index on a tie), or its mean."""
+    """The most frequent class (lowest index on a tie) or the mean: of the training split
+    when the task has its own evaluation split, else of the whole task (a fold's own
+    majority would be, for balanced classes, the class its test fold lacks most)."""
+    known = task.y[:task.eval_start] if task.eval_start is not None else task.y
     if task.kind == CLASSIFICATION:
-        return np.full(len(test), np.bincount(task.y[train]).argmax())
-    return np.full(len(test), task.y[train].mean())
+        return np.full(len(test), np.bincount(known).argmax())
+    return np.full(len(test), known.mean())
 
 
 def tfidf(task: Task, train: np.ndarray, test: np.ndarray) -> np.ndarray:

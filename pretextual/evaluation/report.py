@@ -64,6 +64,10 @@ def format_tables(document: dict) -> str:
                 if d is not None:
                     lines.append(f"  {model} {p} vs untrained: "
                                  f"{verdict(d['difference'], d['se'])}")
+        for pair in task.get("pairs", []):
+            lines.append(f"  {pair['a']} - {pair['b']} ({pair['protocol']}): "
+                         f"{pair['difference']:+.4f} (se {pair['se']:.4f}), "
+                         f"{verdict(pair['difference'], pair['se'])}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

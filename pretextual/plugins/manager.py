@@ -43,6 +43,7 @@ BUILTIN_PLUGINS = (
     "pretextual.exporters.safetensors",
     "pretextual.exporters.onnx",
     "pretextual.analysis.tensorboard",  # does nothing unless tensorboard is installed
+    "pretextual.evaluation.builtin_tasks",
 )
 
 # Registration hooks: the kind of thing each registers and the spec class it must be.

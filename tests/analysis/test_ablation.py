@@ -13,7 +13,7 @@ from pretextual.analysis.plot import matplotlib_installed
 from pretextual.analysis.report import mix_rows
 from pretextual.cli import main
 from pretextual.core.trainer import Trainer
-from run_helpers import tiny_overrides
+from run_helpers import tiny_overrides, write_topic_task
 
 PROBES = ("mlm_loss", "mlm_accuracy", "pair_cls_accuracy", "pair_mean_accuracy")
 
@@ -118,3 +118,21 @@ def test_running_it_again_into_the_same_out_replaces_its_runs(corpus_file, cache
     ablate(["roberta"], tmp_path / "ablation", **args)
     again = ablate(["roberta"], tmp_path / "ablation", **args)  # its runs' checkpoints are its own
     assert [r.mix for r in again.runs if r.steps] == ["roberta"]
+
+
+def test_mixes_scored_downstream_with_each_pair_in_words(corpus_file, cache_dir, tmp_path, capsys):
+    task = write_topic_task(tmp_path / "topics.jsonl")
+    out = tmp_path / "ablation"
+    assert main(["ablate", "--mixes", "bert,roberta", "--steps", "3", "--seeds", "2", "--out",
+                 str(out), "--task", str(task), *overrides(corpus_file, cache_dir, tmp_path)]) == 0
+    results = json.loads((out / "report.json").read_text())
+    scores = results["downstream"]["tasks"][str(task)]
+    assert len(scores["models"]) == 4  # two mixes x two seeds, the same folds for all
+    assert {"untrained", "majority", "tfidf"} <= set(scores["baselines"])
+    differences = results["mix_differences"]
+    assert [(d["a"], d["b"], d["protocol"]) for d in differences] == [("bert", "roberta", "probe")]
+    assert differences[0]["se"] > 0
+    report = (out / "report.md").read_text()
+    assert "## Downstream" in report
+    assert f"- {task} (probe): bert - roberta = " in report and " se" in report
+    assert f"--task {task} --protocol probe" in report

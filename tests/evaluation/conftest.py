@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluation_helpers import write_topic_task
 from pretextual.core.config import load_config
 from pretextual.core.trainer import Trainer
 from pretextual.exporters.export import export_checkpoint
-from run_helpers import tiny_overrides
+from run_helpers import tiny_overrides, write_topic_task
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from evaluation_helpers import topic_rows, write_rows
+from run_helpers import topic_rows, write_rows
 from pretextual.cli import main
 from pretextual.core.config import load_config
 from pretextual.core.trainer import Trainer

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from evaluation_helpers import topic_rows, write_rows
+from run_helpers import topic_rows, write_rows
 from pretextual.cli import main
 from pretextual.errors import EvaluationError
 from pretextual.evaluation.tasks import CLASSIFICATION, REGRESSION, Columns, load_task
