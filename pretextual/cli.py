@@ -45,7 +45,10 @@ def cmd_train(args) -> int:
         shutdown(trainer.world)
     if trainer.world.is_main:
         if metrics:
+            from pretextual.analysis.summary import run_summary
             print("final eval: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+            for line in run_summary(trainer, metrics):
+                print(line)
         print(f"run directory: {cfg.trainer.output_dir}")
     return 0
 

@@ -522,6 +522,11 @@ class Trainer:
                  f"| global batch {self.global_batch_size} = {self.cfg.data.batch_size} x "
                  f"{self.world.world_size} processes x {t.grad_accum_steps} accumulation "
                  f"| device {self.device}")
+        if self.task_probes is not None and self.step == 0:
+            # the untrained encoder's probe: where the downstream curve starts
+            probes = self.task_probes(self.model.bert, self.device)
+            if self.world.is_main:
+                self._write_metrics({"step": 0, **probes})
         self.model.train()
         loader = iter(self.loader(self.train_batches, self.train_indices(self.step)))
         bar = tqdm(total=t.max_steps, initial=self.step, unit="step", dynamic_ncols=True,

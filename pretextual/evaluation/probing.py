@@ -38,12 +38,13 @@ class TaskProbes:
         self.tokenized: list[Tokenized] = [
             tokenize(framing, task.text, task.text_pair, max_length, vocab_size, "the run")
             for task in self.tasks]
+        self.keys = [metric_key(task) for task in self.tasks]
 
     def __call__(self, encoder: torch.nn.Module, device: torch.device) -> dict[str, float]:
         """``eval/<task>/<metric>`` of the probe on the encoder's current weights."""
         results = {}
-        for task, splits, tokenized in zip(self.tasks, self.splits, self.tokenized):
+        for key, task, splits, tokenized in zip(self.keys, self.tasks, self.splits, self.tokenized):
             x = features(encoder, tokenized, device)
             scored = score_baseline(splits, lambda train, test: probe(x, task, train, test))
-            results[metric_key(task)] = float(np.mean(scored.scores))
+            results[key] = float(np.mean(scored.scores))
         return results
