@@ -44,6 +44,7 @@ BUILTIN_PLUGINS = (
     "pretextual.exporters.onnx",
     "pretextual.analysis.tensorboard",  # does nothing unless tensorboard is installed
     "pretextual.evaluation.builtin_tasks",
+    "pretextual.evaluation.glue",
 )
 
 # Registration hooks: the kind of thing each registers and the spec class it must be.

@@ -111,3 +111,57 @@ def test_errors_of_load_task_name_the_file(tmp_path, plugins):
     path = write_rows(tmp_path / "g.csv", topic_rows(groups=2, per_group=2))
     with pytest.raises(EvaluationError, match="g.csv: no column 'group'"):
         load_task(str(path), plugins, Columns(group="group"))
+
+
+class _FakeDatasets:
+    """Stands in for Hugging Face datasets: two GLUE splits held in memory."""
+
+    def __init__(self):
+        self.calls = []
+
+    def load_dataset(self, path, name, split):
+        self.calls.append((path, name, split))
+        if name == "stsb":
+            return {"sentence1": ["a b.", "c d."], "sentence2": ["a b!", "e f."], "label": [4.8, 0.4]}
+        if split == "train":
+            return {"sentence": ["fine film.", "dull film.", "great.", "bad."], "label": [1, 0, 1, 0]}
+        return {"sentence": ["good film.", "awful."], "label": [1, 0]}
+
+
+def test_glue_tasks_read_train_and_dev_through_datasets(monkeypatch, plugins):
+    import sys
+    fake = _FakeDatasets()
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    task = load_task("glue-sst2", plugins)
+    assert fake.calls == [("nyu-mll/glue", "sst2", "train"), ("nyu-mll/glue", "sst2", "validation")]
+    assert task.text == ["fine film.", "dull film.", "great.", "bad.", "good film.", "awful."]
+    assert task.eval_start == 4 and task.classes == ["0", "1"]
+    stsb = load_task("glue-stsb", plugins)
+    assert stsb.kind == REGRESSION and stsb.text_pair[0] == "a b!"
+
+
+def test_glue_without_datasets_is_one_line(monkeypatch, plugins):
+    import sys
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import fails
+    with pytest.raises(EvaluationError, match=r"^task 'glue-rte' reads GLUE through Hugging Face "
+                                              r"datasets: pip install datasets$"):
+        load_task("glue-rte", plugins)
+
+
+def test_a_task_plugin_registers_by_name(plugins):
+    import pretextual
+    from pretextual.plugins.api import TaskData, TaskSpec
+
+    class Tickets:
+        @pretextual.hookimpl
+        def pretextual_register_tasks(self, register):
+            rows = [("the app crashes on start", "bug"), ("please add dark mode", "feature")] * 5
+            register(TaskSpec("tickets", lambda: TaskData([t for t, _ in rows], [l for _, l in rows])))
+
+    mine = Plugins()
+    assert mine.register(Tickets(), "tickets-plugin")
+    assert mine.info["tickets-plugin"].tasks == ["tickets"]
+    task = load_task("tickets", mine)
+    assert task.classes == ["bug", "feature"] and len(task) == 10
+    with pytest.raises(Exception, match="no plugin registers a task named 'tickets'"):
+        load_task("tickets", plugins)
