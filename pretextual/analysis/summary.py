@@ -86,6 +86,18 @@ def fill_mask_lines(model, tokenizer, docs, vocab, device: torch.device,
     return lines
 
 
+def _local_model(trainer):
+    """(model, device) of the trained model as this one process holds it: the trainer's
+    own, or under torchrun (sharded or wrapped) rebuilt from the final checkpoint."""
+    if not trainer.world.enabled:
+        return trainer.model, trainer.device
+    from pretextual.core.checkpoint import latest_checkpoint
+    from pretextual.core.mix import PretrainingModel
+    model = PretrainingModel(trainer.encoder_config, trainer.mix.heads)
+    model.load_state_dict(latest_checkpoint(trainer.out / "checkpoints").model_state())
+    return model, torch.device("cpu")
+
+
 def run_summary(trainer, final: dict[str, float]) -> list[str]:
     """The lines a finished run prints about what it learned."""
     lines = []
@@ -99,8 +111,9 @@ def run_summary(trainer, final: dict[str, float]) -> list[str]:
     if trainer.task_probes is not None:
         lines += downstream_lines(trainer.out, final, trainer.task_probes.keys)
     if docs is not None:
-        examples = fill_mask_lines(trainer.model, trainer.tokenizer, docs, trainer.vocab,
-                                   trainer.device, trainer.cfg.data.max_seq_length)
+        model, device = _local_model(trainer)
+        examples = fill_mask_lines(model, trainer.tokenizer, docs, trainer.vocab, device,
+                                   trainer.cfg.data.max_seq_length)
         if examples:
             lines += ["fill-mask on held-out sentences:", *examples]
     return lines
