@@ -30,9 +30,9 @@ from benchmarks.report import Report
 from benchmarks.timing import OtherLoad, load_average, machine_info
 from benchmarks.workloads import REFERENCE, SMOKE, Workspace
 
-SECTIONS = ("train", "e2e", "mask", "onnx", "prep")
+SECTIONS = ("train", "e2e", "mask", "onnx", "prep", "quality")
 """train: comparisons 1 (synthetic step) and 4 (MFU); e2e: comparison 1 on real text;
-mask: 2; onnx: 3; prep: 5."""
+mask: 2; onnx: 3; prep: 5; quality: 6 (time to quality)."""
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
@@ -73,6 +73,17 @@ NOTES = [
     "within 0.5%), in the same rounds: the MFU the step would have if nothing but its matmuls "
     "took time.",
     "Corpus preparation (5): see `benchmarks/prep.py`.",
+    "Time to quality (6): the same model trained on the embedded corpus for the same "
+    "wall-clock budget by pretextual (`Trainer`, the `roberta` recipe: MLM only, its default "
+    "learning rate and warm-up share, the steps sized to the budget) and by transformers "
+    "(`BertForMaskedLM`, `DataCollatorForLanguageModeling` with mlm_probability 0.15, "
+    "`transformers.Trainer`, line-by-line examples, in a process of its own; same tokenizer, "
+    "batch size, learning rate, warm-up share, linear decay, AdamW settings and clipping). Each "
+    "side writes checkpoints at fixed fractions of its training time (the time spent writing "
+    "them is not counted), and `pretextual evaluate` scores every checkpoint with the "
+    "frozen-feature probe of the python-packages task (held-out stdlib docstring sentences, "
+    "8 classes, grouped cross-validation), same splits and seeds for all. Time to a score is "
+    "interpolated linearly between checkpoints; see `benchmarks/quality.py`.",
     "Interleaving: every case runs once per round, rounds alternate the order, and each case "
     f"starts after {REFERENCE.settle} s of idle, so the threads the previous case left spinning (OpenMP's, "
     "onnxruntime's), in this process or another, are asleep; without it onnxruntime measured "
@@ -179,7 +190,8 @@ def _runners():
     from benchmarks.inference import onnx_inference
     from benchmarks.masking import masking
     from benchmarks.prep import preparation
+    from benchmarks.quality import time_to_quality
     from benchmarks.train import end_to_end, training_step
 
     return {"train": training_step, "e2e": end_to_end, "mask": masking, "onnx": onnx_inference,
-            "prep": preparation}
+            "prep": preparation, "quality": time_to_quality}

@@ -227,9 +227,13 @@ class Trainer:
 
         self.task_probes = None
         if cfg.trainer.eval_tasks:  # loaded and checked now: a bad task file fails before training
-            from pretextual.evaluation.probing import TaskProbes
-            self.task_probes = TaskProbes(list(cfg.trainer.eval_tasks), self.plugins, self.tokenizer,
-                                          cfg.data.max_seq_length, self.vocab.size)
+            from pretextual.evaluation.probing import TaskProbes, probes_available
+            if probes_available():
+                self.task_probes = TaskProbes(list(cfg.trainer.eval_tasks), self.plugins,
+                                              self.tokenizer, cfg.data.max_seq_length, self.vocab.size)
+            else:
+                self.log("warning: trainer.eval_tasks needs scikit-learn (pip install "
+                         "'pretextual[eval]'); this run probes no downstream task")
 
         torch.manual_seed(seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)

@@ -18,6 +18,12 @@ from pretextual.evaluation.tasks import Task, load_task
 PROBE_SEED_COUNT = 1  # one seed's folds: the same splits at every evaluation of the run
 
 
+def probes_available() -> bool:
+    """Whether scikit-learn, which fits the probes, is installed (the ``eval`` extra)."""
+    import importlib.util
+    return importlib.util.find_spec("sklearn") is not None
+
+
 def metric_key(task: Task) -> str:
     """``eval/<task>/<metric>``: a task file by its stem, a registered task by its name."""
     name = Path(task.name).stem if Path(task.name).suffix else task.name

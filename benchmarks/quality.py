@@ -1,0 +1,440 @@
+"""Comparison 6, time to quality: the same model trained on the same corpus for the same
+wall-clock budget by pretextual and by what a Hugging Face user runs, each checkpoint
+scored downstream by ``pretextual evaluate`` (the frozen-feature probe of the
+python-packages task, same splits and seeds for every model).
+
+pretextual: ``Trainer`` with the ``roberta`` recipe (MLM only, sentences packed up to the
+sequence length), its default learning rate and the default share of warm-up steps
+(trainer.warmup_steps=20 of trainer.max_steps=200), the steps sized to the budget.
+Hugging Face: ``BertForMaskedLM`` + ``DataCollatorForLanguageModeling`` (mlm_probability
+0.15) + ``transformers.Trainer`` on line-by-line examples (one sentence each, as run_mlm.py
+--line_by_line builds them), in a process of its own; the same tokenizer, batch size,
+learning rate, warm-up share, linear decay, AdamW settings and gradient clipping.
+
+Each side first measures its seconds per step (a short run of its own, thrown away), so
+that its learning-rate schedule ends at the budget, then trains from a fresh model. Its
+clock starts when its trainer's ``train()`` is called and stops while a checkpoint is
+written; a checkpoint is written at the first step end after each fraction of the budget
+(:data:`FRACTIONS`), the last one ending the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from benchmarks.isolated import Isolated
+from benchmarks.report import Report, Row
+from benchmarks.workloads import Sizes, Workspace, hf_model, hf_tokenizer
+from pretextual.plugins.hookspecs import hookimpl
+
+RECIPE = "roberta"
+"""MLM only: the objective BertForMaskedLM trains."""
+TASK = "python-packages"
+FRACTIONS = (0.05, 0.1, 0.2, 1 / 3, 0.4, 0.6, 0.8, 1.0)
+"""Where in the budget each side writes a checkpoint (1/3: the issue's goal)."""
+SMOKE_FRACTIONS = (0.5, 1.0)
+BUDGET_SECONDS = 270.0
+"""Wall-clock training time of each side at the reference sizes."""
+SMOKE_BUDGET_SECONDS = 2.0
+CALIBRATION_SHARE = 0.06
+"""The share of the budget each side's step-time measurement runs for (at least 3 steps)."""
+SKIP_STEPS = 2
+"""Steps of the measurement run not counted (the first steps are slow)."""
+WARMUP_SHARE = 20 / 200
+"""pretextual's default trainer.warmup_steps over its default trainer.max_steps."""
+EVAL_SEEDS = 3
+SMOKE_EVAL_SEEDS = 2
+
+
+# --- the pure logic ---------------------------------------------------------------------------
+
+class Clock:
+    """Training time: from :meth:`start`, not counting the time spent inside :meth:`paused`."""
+
+    def __init__(self, now=time.perf_counter):
+        self.now, self.started, self.excluded = now, None, 0.0
+
+    def start(self) -> None:
+        self.started, self.excluded = self.now(), 0.0
+
+    def elapsed(self) -> float:
+        return 0.0 if self.started is None else self.now() - self.started - self.excluded
+
+    @contextlib.contextmanager
+    def paused(self):
+        begin = self.now()
+        try:
+            yield
+        finally:
+            self.excluded += self.now() - begin
+
+
+@dataclass
+class Checkpoint:
+    """One saved model: the budget fraction it was due at, the training seconds and steps it had."""
+
+    fraction: float
+    seconds: float
+    step: int
+    path: str
+
+
+@dataclass
+class Schedule:
+    """Which budget fractions have come due; the last one ends the run."""
+
+    budget: float
+    fractions: tuple[float, ...]
+    taken: list[Checkpoint] = field(default_factory=list)
+
+    def due(self, elapsed: float) -> list[float]:
+        """The fractions not yet taken whose time has come (in order)."""
+        done = {c.fraction for c in self.taken}
+        return [f for f in self.fractions if f not in done and elapsed >= f * self.budget]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.taken) and self.taken[-1].fraction == self.fractions[-1]
+
+
+def steps_for(budget: float, seconds_per_step: float) -> tuple[int, int]:
+    """(max_steps, warmup_steps) of a schedule that ends at ``budget`` seconds, with
+    pretextual's default share of warm-up steps."""
+    steps = max(1, int(budget / max(seconds_per_step, 1e-9)))
+    return steps, max(1, round(WARMUP_SHARE * steps))
+
+
+def time_to_reach(points: list[tuple[float, float]], target: float) -> tuple[float | None, bool]:
+    """When a curve of (seconds, score) first reaches ``target``, by linear interpolation
+    between the two checkpoints around the crossing: (seconds, False); (seconds of the
+    first checkpoint, True) when that one already reaches it (the time is an upper bound);
+    (None, False) when no checkpoint does."""
+    points = sorted(points)
+    for i, (t, s) in enumerate(points):
+        if s >= target:
+            if i == 0:
+                return t, True
+            t0, s0 = points[i - 1]
+            return t0 + (t - t0) * (target - s0) / (s - s0), False
+    return None, False
+
+
+def fmt_score(entry: dict) -> str:
+    return f"{entry['mean']:.3f} +/- {entry['std']:.3f}"
+
+
+def fmt_reach(seconds: float | None, bound: bool, budget: float) -> str:
+    if seconds is None:
+        return "not reached"
+    return f"{'<= ' if bound else ''}{seconds:,.0f} s ({seconds / budget:.0%} of the budget)"
+
+
+# --- pretextual's side ------------------------------------------------------------------------
+
+class WallClockCheckpoints:
+    """A training-hook plugin: a checkpoint (``trainer.save()``, its time off the clock) at
+    the first step end after each fraction of the budget; at the last fraction, or at
+    trainer.max_steps, it stops the run, whose own final checkpoint is then that one."""
+
+    def __init__(self, schedule: Schedule, clock: Clock):
+        self.schedule, self.clock = schedule, clock
+        self.tokens = 0
+
+    @hookimpl
+    def pretextual_on_step_end(self, step, metrics, trainer):
+        self.tokens += int(metrics["tokens"])
+        elapsed = self.clock.elapsed()
+        final = trainer.out / "checkpoints" / f"step-{step:07d}"
+        last = step >= trainer.cfg.trainer.max_steps
+        due = self.schedule.due(elapsed)
+        if last and self.schedule.fractions[-1] not in due:
+            due.append(self.schedule.fractions[-1])  # the schedule ended before the budget
+        if not due:
+            return
+        if due[-1] == self.schedule.fractions[-1]:
+            trainer.should_stop = True  # the training loop writes this step's checkpoint
+            path = final
+        else:
+            with self.clock.paused():
+                path = trainer.save()
+        self.schedule.taken += [Checkpoint(f, elapsed, step, str(path)) for f in due]
+
+
+class StopAfter:
+    """A training-hook plugin for the step-time measurement: stops after ``seconds``
+    (and ``min_steps``), remembering when each step ended."""
+
+    def __init__(self, seconds: float, min_steps: int, clock: Clock):
+        self.seconds, self.min_steps, self.clock = seconds, min_steps, clock
+        self.ends: list[float] = []
+
+    @hookimpl
+    def pretextual_on_step_end(self, step, metrics, trainer):
+        self.ends.append(self.clock.elapsed())
+        if self.clock.elapsed() >= self.seconds and step >= self.min_steps:
+            trainer.should_stop = True
+
+
+def seconds_per_step(ends: list[float]) -> float:
+    """Mean step time from the step end times of a measurement run, its first steps left out."""
+    skip = min(SKIP_STEPS, len(ends) - 2) if len(ends) > 2 else 0
+    kept = ends[skip:]
+    if len(kept) < 2:
+        return kept[-1] / max(len(ends), 1)
+    return (kept[-1] - kept[0]) / (len(kept) - 1)
+
+
+def _pretextual_config(ws: Workspace, *overrides: str):
+    return ws.config(RECIPE, "trainer.export=", "trainer.plot=false", "trainer.tensorboard=false",
+                     "trainer.log_every=1", "trainer.eval_every=0", "trainer.seed=0",
+                     "trainer.checkpoint_every=1000000000", "trainer.keep_checkpoints=1000",
+                     *overrides)
+
+
+def pretextual_side(ws: Workspace, budget: float, fractions: tuple[float, ...],
+                    measure: float) -> dict:
+    from pretextual.core.trainer import Trainer
+    from pretextual.plugins.manager import Plugins
+
+    quiet = lambda *_: None  # noqa: E731
+    clock = Clock()
+    cfg = _pretextual_config(ws, "trainer.max_steps=1000000")
+    stop = StopAfter(measure, SKIP_STEPS + 3, clock)
+    plugins = Plugins.from_config(cfg)
+    plugins.register(stop, name="bench-measure")
+    trainer = Trainer(cfg, plugins, quiet)
+    clock.start()
+    trainer.train()
+    per_step = seconds_per_step(stop.ends)
+    del trainer
+
+    max_steps, warmup = steps_for(budget, per_step)
+    cfg = _pretextual_config(ws, f"trainer.max_steps={max_steps}", f"trainer.warmup_steps={warmup}")
+    clock, schedule = Clock(), Schedule(budget, fractions)
+    saver = WallClockCheckpoints(schedule, clock)
+    plugins = Plugins.from_config(cfg)
+    plugins.register(saver, name="bench-wall-clock-checkpoints")
+    trainer = Trainer(cfg, plugins, quiet)
+    clock.start()
+    trainer.train()
+    optimizer = trainer.optimizer.defaults
+    return {"checkpoints": schedule.taken, "seconds_per_step": per_step, "max_steps": max_steps,
+            "warmup": warmup, "steps": trainer.step, "tokens": saver.tokens,
+            "lr": optimizer["lr"], "betas": tuple(optimizer["betas"]), "eps": optimizer["eps"],
+            "weight_decay": trainer.cfg.trainer.weight_decay,
+            "max_grad_norm": trainer.cfg.trainer.max_grad_norm}
+
+
+# --- Hugging Face's side (in a process of its own) ----------------------------------------------
+
+class _Examples(torch.utils.data.Dataset):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+def _hf_callback(schedule: Schedule | None, clock: Clock, save, stop_after: float | None = None):
+    from transformers import TrainerCallback
+
+    class WallClock(TrainerCallback):
+        """Checkpoints at the budget fractions (save_pretrained of model and tokenizer,
+        off the clock), the last ending the run; or, measuring, a stop after ``stop_after``."""
+
+        ends: list[float] = []
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            clock.start()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            elapsed = clock.elapsed()
+            self.ends.append(elapsed)
+            if schedule is None:
+                if elapsed >= stop_after and state.global_step >= SKIP_STEPS + 3:
+                    control.should_training_stop = True
+                return
+            due = schedule.due(elapsed)
+            last = schedule.fractions[-1]
+            if state.global_step >= state.max_steps and last not in due:
+                due.append(last)
+            if not due:
+                return
+            with clock.paused():
+                path = save(state.global_step)
+            schedule.taken += [Checkpoint(f, elapsed, state.global_step, path) for f in due]
+            if due[-1] == last:
+                control.should_training_stop = True
+
+    callback = WallClock()
+    callback.ends = []
+    return callback
+
+
+def hf_quality_side(sizes: Sizes, device: torch.device, root: Path, settings: dict) -> dict:
+    """Built in the child process: the run, called once."""
+    return {"run": lambda: _hf_run(sizes, device, root, settings)}
+
+
+def _hf_run(sizes: Sizes, device: torch.device, root: Path, settings: dict) -> dict:
+    import transformers
+    from transformers import DataCollatorForLanguageModeling, TrainingArguments
+
+    transformers.logging.set_verbosity_error()
+    ws = Workspace.reopen(sizes, device, root)
+    tokenizer = hf_tokenizer(ws.tokenizer, ws.vocab)
+    encoded = tokenizer(ws.lines, truncation=True, max_length=sizes.seq,
+                        return_special_tokens_mask=True)
+    examples = _Examples([{"input_ids": ids, "special_tokens_mask": sm}
+                          for ids, sm in zip(encoded["input_ids"], encoded["special_tokens_mask"])])
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    out = Path(settings["out"])
+
+    def trainer(max_steps: int, warmup: int, callback, run: str):
+        transformers.set_seed(0)  # as run_mlm.py: before the model is built
+        model = hf_model("BertForMaskedLM", sizes, ws.vocab, device)
+        args = TrainingArguments(
+            output_dir=str(out / run), per_device_train_batch_size=sizes.batch,
+            learning_rate=settings["lr"], weight_decay=settings["weight_decay"],
+            adam_beta1=settings["betas"][0], adam_beta2=settings["betas"][1],
+            adam_epsilon=settings["eps"], max_grad_norm=settings["max_grad_norm"],
+            lr_scheduler_type="linear", max_steps=max_steps, warmup_steps=warmup,
+            save_strategy="no", report_to="none", disable_tqdm=True, seed=0,
+            use_cpu=device.type == "cpu", dataloader_num_workers=0)
+        return transformers.Trainer(model=model, args=args, train_dataset=examples,
+                                    data_collator=collator, callbacks=[callback]), model
+
+    measure = _hf_callback(None, Clock(), None, settings["measure"])
+    hf, _ = trainer(10 ** 6, 1, measure, "measure")
+    hf.train()
+    per_step = seconds_per_step(measure.ends)
+    del hf
+
+    budget = settings["budget"]
+    max_steps, warmup = steps_for(budget, per_step)
+    schedule = Schedule(budget, tuple(settings["fractions"]))
+    model_box = {}
+
+    def save(step: int) -> str:
+        path = out / "checkpoints" / f"step-{step:07d}"
+        model_box["model"].save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        return str(path)
+
+    callback = _hf_callback(schedule, Clock(), save)
+    hf, model_box["model"] = trainer(max_steps, warmup, callback, "run")
+    hf.train()
+    return {"checkpoints": schedule.taken, "seconds_per_step": per_step, "max_steps": max_steps,
+            "warmup": warmup, "steps": hf.state.global_step, "examples": len(examples),
+            "optimizer": type(hf.optimizer.optimizer if hasattr(hf.optimizer, "optimizer")
+                              else hf.optimizer).__name__,
+            "optim": str(hf.args.optim), "scheduler": str(hf.args.lr_scheduler_type)}
+
+
+# --- the section ------------------------------------------------------------------------------
+
+def downstream(paths: list[str], seeds: int) -> dict:
+    from pretextual.evaluation.evaluate import EvalSettings, evaluate
+    from pretextual.evaluation.tasks import load_task
+    from pretextual.plugins.manager import Plugins
+
+    task = load_task(TASK, Plugins())
+    return evaluate(paths, [task], EvalSettings(protocols=("probe",), seeds=seeds),
+                    log=lambda *_: None)["tasks"][TASK]
+
+
+def time_to_quality(ws: Workspace, report: Report) -> None:
+    s = ws.sizes
+    budget = SMOKE_BUDGET_SECONDS if s.smoke else BUDGET_SECONDS
+    fractions = SMOKE_FRACTIONS if s.smoke else FRACTIONS
+    seeds = SMOKE_EVAL_SEEDS if s.smoke else EVAL_SEEDS
+    measure = max(CALIBRATION_SHARE * budget, 0.5)
+    say = lambda m: print(f"[benchmarks] quality: {m}", file=sys.stderr, flush=True)  # noqa: E731
+
+    say(f"pretextual ({RECIPE} recipe), {budget:.0f} s")
+    ours = pretextual_side(ws, budget, fractions, measure)
+    hf_out = Path(tempfile.mkdtemp(prefix="hf-mlm-", dir=ws.root))
+    settings = {"out": str(hf_out), "budget": budget, "fractions": fractions, "measure": measure,
+                **{k: ours[k] for k in ("lr", "betas", "eps", "weight_decay", "max_grad_norm")}}
+    say(f"Hugging Face (BertForMaskedLM, transformers.Trainer), {budget:.0f} s")
+    with Isolated("benchmarks.quality:hf_quality_side", s, ws.device, ws.root, settings,
+                  threads=torch.get_num_threads()) as side:
+        theirs = side.call("run")
+
+    sides = {"pretextual": ours, "hf": theirs}
+    paths = [c.path for side in sides.values() for c in side["checkpoints"]]
+    say(f"evaluating {len(dict.fromkeys(paths))} checkpoints on {TASK} ({seeds} seeds)")
+    result = downstream(paths, seeds)
+    score = {name: [result["models"][c.path]["probe"] for c in side["checkpoints"]]
+             for name, side in sides.items()}
+    add_rows(report, sides, score, result, budget, seeds, s.describe())
+
+
+def curve(side: dict, scores: list[dict]) -> list[tuple[float, float]]:
+    return [(c.seconds, e["mean"]) for c, e in zip(side["checkpoints"], scores)]
+
+
+def add_rows(report: Report, sides: dict, score: dict, result: dict, budget: float,
+             seeds: int, sizes: str) -> None:
+    ours, theirs = sides["pretextual"], sides["hf"]
+    metric = result["metric"]
+    what = f"time to quality: {TASK} probe {metric}"
+    for c_ours, c_hf, e_ours, e_hf in zip(ours["checkpoints"], theirs["checkpoints"],
+                                          score["pretextual"], score["hf"]):
+        ratio = e_ours["mean"] / e_hf["mean"] if e_hf["mean"] else None
+        report.add(Row("6", f"{what} at {c_ours.fraction:.0%} of the {budget:.0f} s budget "
+                            f"(mean +/- sd over {seeds} seeds; training seconds, steps)",
+                       f"{fmt_score(e_ours)} ({c_ours.seconds:,.0f} s, step {c_ours.step})",
+                       f"{fmt_score(e_hf)} ({c_hf.seconds:,.0f} s, step {c_hf.step})",
+                       ratio, "" if ratio is None else f"{ratio:.2f}x"))
+    baselines = result["baselines"]
+    untrained = {k: v["probe"] for k, v in baselines.items() if k.startswith("untrained")}
+    first = untrained.get("untrained")
+    theirs_untrained = next((v for k, v in untrained.items() if k != "untrained"), first)
+    report.add(Row("6", f"{what}, the untrained encoder (each side's architecture and "
+                        f"tokenizer, pretextual's initialisation)",
+                   fmt_score(first) if first else "n/a",
+                   fmt_score(theirs_untrained) if theirs_untrained else "n/a", None, ""))
+
+    final = {name: (side["checkpoints"][-1], score[name][-1]) for name, side in sides.items()}
+    hf_time, hf_final = final["hf"][0].seconds, final["hf"][1]["mean"]
+    ours_time, ours_final = final["pretextual"][0].seconds, final["pretextual"][1]["mean"]
+    t, bound = time_to_reach(curve(ours, score["pretextual"]), hf_final)
+    speedup = 0.0 if t is None else hf_time / max(t, 1e-9)
+    report.add(Row("6", f"{what}: time to reach Hugging Face's final score "
+                        f"({hf_final:.3f}); ratio: Hugging Face's time over pretextual's",
+                   fmt_reach(t, bound, budget), f"{hf_time:,.0f} s (its final checkpoint)",
+                   speedup, "not reached" if t is None else
+                   f"{'>= ' if bound else ''}{speedup:.1f}x", 3.0, ">= 3x (a third of the time)"))
+    t_hf, bound_hf = time_to_reach(curve(theirs, score["hf"]), ours_final)
+    report.add(Row("6", f"{what}: time to reach pretextual's final score ({ours_final:.3f})",
+                   f"{ours_time:,.0f} s (its final checkpoint)", fmt_reach(t_hf, bound_hf, budget),
+                   None, ""))
+
+    other = {k: v["probe"] if "probe" in v else v for k, v in baselines.items()
+             if not k.startswith("untrained")}
+    report.details.append(
+        f"Time to quality: {sizes}; budget {budget:.0f} s of training time per "
+        f"side. pretextual ({RECIPE} recipe): {ours['steps']} steps of a schedule of "
+        f"{ours['max_steps']} ({ours['warmup']} warm-up), sized from the "
+        f"{ours['seconds_per_step']:.3f} s a step its measurement run took; {ours['tokens']:,} "
+        f"real tokens. Hugging Face (BertForMaskedLM, transformers.Trainer, optim "
+        f"{theirs['optim']}, {theirs['scheduler']} schedule): {theirs['steps']} steps of "
+        f"{theirs['max_steps']} ({theirs['warmup']} warm-up), sized from "
+        f"{theirs['seconds_per_step']:.3f} s a step; {theirs['examples']:,} line-by-line examples. "
+        f"Both: lr {ours['lr']}, AdamW betas {ours['betas']}, eps {ours['eps']}, weight decay "
+        f"{ours['weight_decay']}, clipping {ours['max_grad_norm']}, linear decay to 0 at the "
+        f"schedule's end. Downstream: `pretextual evaluate` probe of {TASK} "
+        f"({result['n']} examples, grouped 5-fold cross-validation, {seeds} seeds); other "
+        f"baselines: " + ", ".join(f"{k} {fmt_score(v)}" for k, v in other.items()) + ".")
