@@ -25,7 +25,7 @@ import math
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -41,6 +41,7 @@ TASK = "python-packages"
 FRACTIONS = (0.05, 0.1, 0.2, 1 / 3, 0.4, 0.6, 0.8, 1.0)
 """Where in the budget each side writes a checkpoint (1/3: the issue's goal)."""
 SMOKE_FRACTIONS = (0.5, 1.0)
+"""Two checkpoints a side at the smoke sizes: the probe's fits dominate a smoke run."""
 BUDGET_SECONDS = 270.0
 """Wall-clock training time of each side at the reference sizes."""
 SMOKE_BUDGET_SECONDS = 2.0
@@ -51,7 +52,7 @@ SKIP_STEPS = 2
 WARMUP_SHARE = 20 / 200
 """pretextual's default trainer.warmup_steps over its default trainer.max_steps."""
 EVAL_SEEDS = 3
-SMOKE_EVAL_SEEDS = 2
+SMOKE_EVAL_SEEDS = 1
 
 
 # --- the pure logic ---------------------------------------------------------------------------
@@ -95,10 +96,12 @@ class Schedule:
     fractions: tuple[float, ...]
     taken: list[Checkpoint] = field(default_factory=list)
 
-    def due(self, elapsed: float) -> list[float]:
-        """The fractions not yet taken whose time has come (in order)."""
+    def due(self, elapsed: float, ended: bool = False) -> list[float]:
+        """The fractions not yet taken whose time has come (in order); all of them when the
+        run has ``ended`` (its schedule's last step came before the budget was spent)."""
         done = {c.fraction for c in self.taken}
-        return [f for f in self.fractions if f not in done and elapsed >= f * self.budget]
+        return [f for f in self.fractions
+                if f not in done and (ended or elapsed >= f * self.budget)]
 
     @property
     def finished(self) -> bool:
@@ -153,10 +156,7 @@ class WallClockCheckpoints:
         self.tokens += int(metrics["tokens"])
         elapsed = self.clock.elapsed()
         final = trainer.out / "checkpoints" / f"step-{step:07d}"
-        last = step >= trainer.cfg.trainer.max_steps
-        due = self.schedule.due(elapsed)
-        if last and self.schedule.fractions[-1] not in due:
-            due.append(self.schedule.fractions[-1])  # the schedule ended before the budget
+        due = self.schedule.due(elapsed, ended=step >= trainer.cfg.trainer.max_steps)
         if not due:
             return
         if due[-1] == self.schedule.fractions[-1]:
@@ -265,10 +265,8 @@ def _hf_callback(schedule: Schedule | None, clock: Clock, save, stop_after: floa
                 if elapsed >= stop_after and state.global_step >= SKIP_STEPS + 3:
                     control.should_training_stop = True
                 return
-            due = schedule.due(elapsed)
+            due = schedule.due(elapsed, ended=state.global_step >= state.max_steps)
             last = schedule.fractions[-1]
-            if state.global_step >= state.max_steps and last not in due:
-                due.append(last)
             if not due:
                 return
             with clock.paused():
@@ -339,19 +337,33 @@ def _hf_run(sizes: Sizes, device: torch.device, root: Path, settings: dict) -> d
             "warmup": warmup, "steps": hf.state.global_step, "examples": len(examples),
             "optimizer": type(hf.optimizer.optimizer if hasattr(hf.optimizer, "optimizer")
                               else hf.optimizer).__name__,
-            "optim": str(hf.args.optim), "scheduler": str(hf.args.lr_scheduler_type)}
+            "optim": getattr(hf.args.optim, "value", str(hf.args.optim)),
+            "scheduler": getattr(hf.args.lr_scheduler_type, "value",
+                                 str(hf.args.lr_scheduler_type))}
 
 
 # --- the section ------------------------------------------------------------------------------
 
-def downstream(paths: list[str], seeds: int) -> dict:
+def downstream(ours: list[str], theirs: list[str], seeds: int) -> dict:
+    """The probe of every checkpoint on the task, on the same splits and seeds (each seed's
+    folds are fixed by the task and the seed): the baselines (majority, TF-IDF, each side's
+    untrained encoder) with the final checkpoints, then each other checkpoint alone, so
+    no pair of models is compared (``evaluate`` compares every two models it is given)."""
     from pretextual.evaluation.evaluate import EvalSettings, evaluate
     from pretextual.evaluation.tasks import load_task
     from pretextual.plugins.manager import Plugins
 
     task = load_task(TASK, Plugins())
-    return evaluate(paths, [task], EvalSettings(protocols=("probe",), seeds=seeds),
-                    log=lambda *_: None)["tasks"][TASK]
+    quiet = lambda *_: None  # noqa: E731
+    settings = EvalSettings(protocols=("probe",), seeds=seeds)
+    finals = [ours[-1], theirs[-1]]
+    result = evaluate(finals, [task], settings, log=quiet)["tasks"][TASK]
+    alone = replace(settings, baselines=False)
+    for path in dict.fromkeys(ours + theirs):
+        if path not in result["models"]:
+            result["models"][path] = evaluate([path], [task], alone,
+                                              log=quiet)["tasks"][TASK]["models"][path]
+    return result
 
 
 def time_to_quality(ws: Workspace, report: Report) -> None:
@@ -360,7 +372,11 @@ def time_to_quality(ws: Workspace, report: Report) -> None:
     fractions = SMOKE_FRACTIONS if s.smoke else FRACTIONS
     seeds = SMOKE_EVAL_SEEDS if s.smoke else EVAL_SEEDS
     measure = max(CALIBRATION_SHARE * budget, 0.5)
-    say = lambda m: print(f"[benchmarks] quality: {m}", file=sys.stderr, flush=True)  # noqa: E731
+    started = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[benchmarks] quality ({time.perf_counter() - started:.0f} s): {message}",
+              file=sys.stderr, flush=True)
 
     say(f"pretextual ({RECIPE} recipe), {budget:.0f} s")
     ours = pretextual_side(ws, budget, fractions, measure)
@@ -373,9 +389,10 @@ def time_to_quality(ws: Workspace, report: Report) -> None:
         theirs = side.call("run")
 
     sides = {"pretextual": ours, "hf": theirs}
-    paths = [c.path for side in sides.values() for c in side["checkpoints"]]
-    say(f"evaluating {len(dict.fromkeys(paths))} checkpoints on {TASK} ({seeds} seeds)")
-    result = downstream(paths, seeds)
+    paths = {name: [c.path for c in side["checkpoints"]] for name, side in sides.items()}
+    count = len(dict.fromkeys(paths["pretextual"] + paths["hf"]))
+    say(f"evaluating {count} checkpoints on {TASK} ({seeds} seeds)")
+    result = downstream(paths["pretextual"], paths["hf"], seeds)
     score = {name: [result["models"][c.path]["probe"] for c in side["checkpoints"]]
              for name, side in sides.items()}
     add_rows(report, sides, score, result, budget, seeds, s.describe())
@@ -394,7 +411,7 @@ def add_rows(report: Report, sides: dict, score: dict, result: dict, budget: flo
                                           score["pretextual"], score["hf"]):
         ratio = e_ours["mean"] / e_hf["mean"] if e_hf["mean"] else None
         report.add(Row("6", f"{what} at {c_ours.fraction:.0%} of the {budget:.0f} s budget "
-                            f"(mean +/- sd over {seeds} seeds; training seconds, steps)",
+                            f"(mean +/- sd over {seeds} seed(s); training seconds, step)",
                        f"{fmt_score(e_ours)} ({c_ours.seconds:,.0f} s, step {c_ours.step})",
                        f"{fmt_score(e_hf)} ({c_hf.seconds:,.0f} s, step {c_hf.step})",
                        ratio, "" if ratio is None else f"{ratio:.2f}x"))
@@ -436,5 +453,5 @@ def add_rows(report: Report, sides: dict, score: dict, result: dict, budget: flo
         f"Both: lr {ours['lr']}, AdamW betas {ours['betas']}, eps {ours['eps']}, weight decay "
         f"{ours['weight_decay']}, clipping {ours['max_grad_norm']}, linear decay to 0 at the "
         f"schedule's end. Downstream: `pretextual evaluate` probe of {TASK} "
-        f"({result['n']} examples, grouped 5-fold cross-validation, {seeds} seeds); other "
+        f"({result['n']} examples, grouped 5-fold cross-validation, {seeds} seed(s)); other "
         f"baselines: " + ", ".join(f"{k} {fmt_score(v)}" for k, v in other.items()) + ".")

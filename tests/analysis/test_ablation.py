@@ -131,7 +131,8 @@ def test_mixes_scored_downstream_with_each_pair_in_words(corpus_file, cache_dir,
     assert {"untrained", "majority", "tfidf"} <= set(scores["baselines"])
     differences = results["mix_differences"]
     assert [(d["a"], d["b"], d["protocol"]) for d in differences] == [("bert", "roberta", "probe")]
-    assert differences[0]["se"] > 0
+    from pretextual.evaluation.report import verdict
+    assert differences[0]["verdict"] == verdict(differences[0]["difference"], differences[0]["se"])
     report = (out / "report.md").read_text()
     assert "## Downstream" in report
     assert f"- {task} (probe): bert - roberta = " in report and " se" in report

@@ -149,8 +149,8 @@ def test_a_plugin_raising_during_training_is_disabled_and_the_run_finishes(train
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert warnings == ["pretextual: warning: plugin 'Failing' (package flaky-logger 1.0) failed in "
                         "pretextual_on_step_end: ZeroDivisionError: division by zero; disabled its "
-                        "hooks for the rest of the run (what it registered, objectives and "
-                        "exporters, stays in use)"]
+                        "hooks for the rest of the run (what it registered, objectives, "
+                        "exporters and tasks, stays in use)"]
 
 
 def test_a_plugin_raising_during_training_stops_a_strict_run(train):

@@ -1,4 +1,4 @@
-"""`pretextual plugins`: each plugin's package, version, hooks, objectives and exporters."""
+"""`pretextual plugins`: each plugin's package, version, hooks, objectives, exporters and tasks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pretextual.cli import main
 from pretextual.plugins.manager import ENV_LOAD_PLUGINS
 
 ELECTRA = {"name": "electra", "package": "pretextual-electra", "version": "0.1.0",
-           "hooks": ["pretextual_register_objectives"], "objectives": ["rtd"], "exporters": []}
+           "hooks": ["pretextual_register_objectives"], "objectives": ["rtd"], "exporters": [],
+           "tasks": []}
 
 
 def test_json_lists_the_installed_example_next_to_the_built_ins(electra):
@@ -27,7 +28,8 @@ def test_the_table_has_one_line_per_plugin(electra, monkeypatch, capsys):
     monkeypatch.setenv(ENV_LOAD_PLUGINS, "electra")
     assert main(["plugins"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["plugin", "package", "version", "objectives", "exporters", "hooks"]
+    assert lines[0].split() == ["plugin", "package", "version", "objectives", "exporters", "tasks",
+                                "hooks"]
     assert [line.split() for line in lines if line.startswith("electra")] == [
         ["electra", "pretextual-electra", "0.1.0", "rtd", "register_objectives"]]
 
@@ -57,7 +59,8 @@ def test_objectives_exporters_and_hooks_are_listed(fake_plugin, monkeypatch, cap
     assert rows["toy"] == {"name": "toy", "package": "toy-kit", "version": "0.1",
                            "hooks": ["pretextual_on_eval", "pretextual_register_exporters",
                                      "pretextual_register_objectives"],
-                           "objectives": ["toy"], "exporters": ["toy-format", "toy-format-2"]}
+                           "objectives": ["toy"], "exporters": ["toy-format", "toy-format-2"],
+                           "tasks": []}
     assert main(["plugins"]) == 0
     assert [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("toy")] == [
         ["toy", "toy-kit", "0.1", "toy", "toy-format,toy-format-2",
