@@ -45,7 +45,7 @@ SMOKE_FRACTIONS = (0.5, 1.0)
 BUDGET_SECONDS = 270.0
 """Wall-clock training time of each side at the reference sizes."""
 SMOKE_BUDGET_SECONDS = 2.0
-CALIBRATION_SHARE = 0.06
+CALIBRATION_SHARE = 0.08
 """The share of the budget each side's step-time measurement runs for (at least 3 steps)."""
 SKIP_STEPS = 2
 """Steps of the measurement run not counted (the first steps are slow)."""

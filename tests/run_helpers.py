@@ -40,7 +40,8 @@ def tiny_overrides(corpus: Path, cache: Path, out: Path, steps: int = 5) -> list
             "model.preset=tiny", "data.vocab_size=300", "data.max_seq_length=32",
             "data.batch_size=8", f"trainer.max_steps={steps}", "trainer.warmup_steps=2",
             "trainer.eval_every=0", "trainer.eval_batches=2", f"trainer.checkpoint_every={steps}",
-            "trainer.progress=false", "trainer.export=", "trainer.plot=false"]
+            "trainer.progress=false", "trainer.export=", "trainer.plot=false",
+            "trainer.lr=1e-3", "trainer.summary_task=null"]
 
 
 def swapped_tokenizer(text: str) -> str:

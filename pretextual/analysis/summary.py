@@ -35,17 +35,8 @@ def downstream_lines(run_dir: Path, final: dict[str, float], keys: list[str]) ->
         record = json.loads(line)
         if record.get("step") == 0:
             first.update(record)
-    lines = []
-    for key in keys:
-        if key not in final or key not in first:
-            continue
-        _, task, metric = key.split("/")
-        value = final[key]
-        lines.append(f"downstream {task} (frozen-feature probe, cross-validated): {metric} "
-                     f"{value:.4f} vs {first[key]:.4f} for the untrained encoder "
-                     f"({value - first[key]:+.4f}); `pretextual evaluate {run_dir} --task {task}` "
-                     f"adds seeds, baselines and error bars")
-    return lines
+    return [_downstream_line(run_dir, key, final[key], first[key])
+            for key in keys if key in final and key in first]
 
 
 @torch.no_grad()
@@ -86,6 +77,30 @@ def fill_mask_lines(model, tokenizer, docs, vocab, device: torch.device,
     return lines
 
 
+def summary_task_lines(trainer) -> list[str]:
+    """trainer.summary_task's probe on the final encoder against the untrained one."""
+    from pretextual.evaluation.encoders import initial_encoder
+    from pretextual.evaluation.probing import TaskProbes, probes_available
+    task = trainer.cfg.trainer.summary_task
+    if not probes_available():
+        return [f"(no downstream line: probing {task} needs scikit-learn, "
+                f"pip install 'pretextual[eval]')"]
+    probes = TaskProbes([task], trainer.plugins, trainer.tokenizer,
+                        trainer.cfg.data.max_seq_length, trainer.vocab.size)
+    model, device = _local_model(trainer)
+    untrained = initial_encoder(trainer.encoder_config, trainer.cfg.trainer.seed).to(device)
+    (key,) = probes.keys
+    final, first = probes(model.bert, device)[key], probes(untrained, device)[key]
+    return [_downstream_line(trainer.out, key, final, first)]
+
+
+def _downstream_line(run_dir: Path, key: str, value: float, untrained: float) -> str:
+    _, task, metric = key.split("/")
+    return (f"downstream {task} (frozen-feature probe, cross-validated): {metric} {value:.4f} "
+            f"vs {untrained:.4f} for the untrained encoder ({value - untrained:+.4f}); "
+            f"`pretextual evaluate {run_dir} --task {task}` adds seeds, baselines and error bars")
+
+
 def _local_model(trainer):
     """(model, device) of the trained model as this one process holds it: the trainer's
     own, or under torchrun (sharded or wrapped) rebuilt from the final checkpoint."""
@@ -110,6 +125,8 @@ def run_summary(trainer, final: dict[str, float]) -> list[str]:
                      f"frequent token, {trainer.tokenizer.id_to_token(token)!r}, scores {share:.4f})")
     if trainer.task_probes is not None:
         lines += downstream_lines(trainer.out, final, trainer.task_probes.keys)
+    elif trainer.cfg.trainer.summary_task:
+        lines += summary_task_lines(trainer)
     if docs is not None:
         model, device = _local_model(trainer)
         examples = fill_mask_lines(model, trainer.tokenizer, docs, trainer.vocab, device,

@@ -25,7 +25,7 @@ from pretextual.errors import ConfigError, plugin_call
 
 @dataclass
 class ModelConfig:
-    preset: str = "mini"
+    preset: str = "tiny"
     """Named size: tiny (2x128), mini (4x256), small (4x512), medium (8x512), base (12x768), large (24x1024)."""
     num_hidden_layers: Optional[int] = None
     """Overrides the preset's number of layers."""
@@ -57,9 +57,9 @@ class DataConfig:
     """Vocabulary size of the trained WordPiece tokenizer."""
     lowercase: bool = True
     """Lower-case text in the trained tokenizer (as bert-base-uncased)."""
-    max_seq_length: int = 128
+    max_seq_length: int = 64
     """Tokens per example, [CLS] and [SEP] included."""
-    batch_size: int = 32
+    batch_size: int = 64
     """Examples per micro-batch."""
     eval_fraction: float = 0.05
     """Share of documents held out for evaluation: at least 2, and 2 kept for training, so none below 4 documents."""
@@ -71,9 +71,9 @@ class DataConfig:
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 200
+    max_steps: int = 1000
     """Optimizer steps to train for."""
-    lr: float = 1e-3
+    lr: float = 3e-3
     """Peak learning rate of AdamW."""
     weight_decay: float = 0.01
     """AdamW weight decay (not applied to biases and LayerNorm weights)."""
@@ -83,7 +83,7 @@ class TrainerConfig:
     """AdamW beta2."""
     adam_eps: float = 1e-6
     """AdamW epsilon."""
-    warmup_steps: int = 20
+    warmup_steps: int = 100
     """Linear warm-up steps; the learning rate then decays linearly to zero at max_steps."""
     grad_accum_steps: int = 1
     """Micro-batches per optimizer step."""
@@ -93,15 +93,17 @@ class TrainerConfig:
     """Run the forward pass under bf16 autocast."""
     compile: bool = False
     """Compile the encoder with torch.compile: same losses as eager; compiling takes the first step (30-40 s on a 2-core CPU, where the compiled step measured no faster than eager's CPU fast paths)."""
-    eval_every: int = 100
+    eval_every: int = 250
     """Evaluate on the held-out split every N steps (and at the end); 0 only at the end."""
     eval_batches: int = 10
     """Held-out batches per evaluation."""
     eval_tasks: list[str] = field(default_factory=list)
-    """Downstream tasks probed at each evaluation (task files with text/label columns, or registered names such as python-packages): the frozen-feature probe of `pretextual evaluate`, logged as eval/<task>/<metric>."""
+    """Downstream tasks probed at each evaluation and on the initial encoder (task files with text/label columns, or registered names such as python-packages): the frozen-feature probe of `pretextual evaluate`, logged as eval/<task>/<metric>."""
+    summary_task: Optional[str] = "python-packages"
+    """The downstream task `pretextual train` probes on the final and on the untrained encoder for its closing summary, when eval_tasks is empty (null: none)."""
     log_every: int = 1
     """Append a metrics line every N steps."""
-    checkpoint_every: int = 100
+    checkpoint_every: int = 250
     """Write a checkpoint every N steps (and at the end)."""
     keep_checkpoints: int = 2
     """How many of the latest checkpoints to keep."""

@@ -74,12 +74,18 @@ def untrained_twin(encoder: Encoder) -> Encoder:
     """The same architecture, tokenizer and length, with the weights its run started
     from: BertModel initialised right after ``torch.manual_seed(init_seed)``, as the
     trainer builds it (the global RNG is left as it was)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(encoder.init_seed)
-        model = BertModel(copy.deepcopy(encoder.model.config))
     return Encoder(name=f"untrained (seed {encoder.init_seed})",
-                   model=model.eval().requires_grad_(False), tokenizer=encoder.tokenizer,
-                   max_length=encoder.max_length, init_seed=encoder.init_seed)
+                   model=initial_encoder(encoder.model.config, encoder.init_seed),
+                   tokenizer=encoder.tokenizer, max_length=encoder.max_length,
+                   init_seed=encoder.init_seed)
+
+
+def initial_encoder(config, seed: int) -> BertModel:
+    """The BertModel a run with ``trainer.seed=seed`` starts from (eval mode, frozen)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertModel(copy.deepcopy(config))
+    return model.eval().requires_grad_(False)
 
 
 @dataclass

@@ -46,3 +46,17 @@ def test_the_unigram_stage_is_the_most_frequent_ordinary_token():
     docs = TokenizedDocuments.from_documents([Document(["a a a b c .", "a b . ."], "d")], tokenizer)
     share, token = unigram_accuracy(docs, vocab)
     assert tokenizer.id_to_token(token) == "a" and np.isclose(share, 4 / 10)
+
+
+def test_the_summary_task_compares_the_final_encoder_with_its_start(corpus_file, cache_dir,
+                                                                   tmp_path, capsys):
+    task = write_topic_task(tmp_path / "topics.jsonl")
+    out = tmp_path / "run"
+    assert main(["train", "roberta", *tiny_overrides(corpus_file, cache_dir, out, 10),
+                 "data.eval_fraction=0.2", f"trainer.summary_task={task}"]) == 0
+    printed = capsys.readouterr().out
+    found = re.search(r"downstream topics \(frozen-feature probe, cross-validated\): accuracy "
+                      r"(0\.\d{4}|1\.0000) vs (0\.\d{4}|1\.0000) for the untrained encoder", printed)
+    assert found, printed
+    assert float(found.group(2)) > 0.5  # even random features separate six topics' words
+    assert not any('"step": 0' in l for l in (out / "metrics.jsonl").read_text().splitlines())

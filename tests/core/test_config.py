@@ -81,8 +81,8 @@ def test_yaml_file_and_delete_override(tmp_path):
     (["trainer.adam_eps=0"], r"^trainer\.adam_eps must be positive, got 0\.0$"),
     (["trainer.lr=nan"], r"^trainer\.lr must be a finite number, got nan$"),
     (["trainer.lr=inf"], r"^trainer\.lr must be a finite number, got inf$"),
-    (["model.num_attention_heads=3"],  # mini: hidden 256
-     r"^model\.hidden_size \(256, from model\.preset=mini\) must be a multiple of "
+    (["model.num_attention_heads=3"],  # tiny: hidden 128
+     r"^model\.hidden_size \(128, from model\.preset=tiny\) must be a multiple of "
      r"model\.num_attention_heads \(3\)$"),
     (["model.preset=tiny", "model.hidden_size=100", "model.num_attention_heads=3"],
      r"^model\.hidden_size \(100\) must be a multiple of model\.num_attention_heads \(3\)$"),
