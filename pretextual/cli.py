@@ -282,8 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="examples of one group stay in one fold")
     evaluate.add_argument("--max-length", type=_positive(int), default=128, metavar="N",
                           help="tokens per example at most (default: %(default)s)")
-    evaluate.add_argument("--finetune-epochs", type=_positive(int), default=3, metavar="N")
-    evaluate.add_argument("--finetune-lr", type=_positive(float), default=1e-4, metavar="LR")
+    evaluate.add_argument("--finetune-epochs", type=_positive(int), default=5, metavar="N")
+    evaluate.add_argument("--finetune-lr", type=_positive(float), default=1e-3, metavar="LR",
+                          help="(default: %(default)s, for small encoders; about 4e-5 for "
+                               "base-size ones)")
     evaluate.add_argument("--finetune-batch-size", type=_positive(int), default=32, metavar="N")
     evaluate.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     evaluate.set_defaults(func=cmd_evaluate)
