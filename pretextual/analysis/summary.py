@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+MASKED_OBJECTIVES = ("mlm", "wwm", "span")
 FILL_MASK_EXAMPLES = 3
 FILL_MASK_SEED = 0
 TOP_K = 3
@@ -117,12 +118,15 @@ def run_summary(trainer, final: dict[str, float]) -> list[str]:
     """The lines a finished run prints about what it learned."""
     lines = []
     docs = trainer.eval_batches.docs if trainer.eval_batches is not None else None
-    accuracy = final.get("eval/mlm/accuracy")
-    if accuracy is not None and docs is not None:
+    # the objectives that predict masked tokens with the shared mlm head
+    masked = next((n for n in MASKED_OBJECTIVES if f"eval/{n}/accuracy" in final), None)
+    if masked is not None and docs is not None:
+        accuracy = final[f"eval/{masked}/accuracy"]
         share, token = unigram_accuracy(docs, trainer.vocab)
         stage = "past the unigram stage" if accuracy > 2 * share else "still at the unigram stage"
-        lines.append(f"held-out MLM accuracy {accuracy:.4f}: {stage} (always guessing the most "
-                     f"frequent token, {trainer.tokenizer.id_to_token(token)!r}, scores {share:.4f})")
+        lines.append(f"held-out {'MLM' if masked == 'mlm' else masked} accuracy {accuracy:.4f}: "
+                     f"{stage} (always guessing the most frequent token, "
+                     f"{trainer.tokenizer.id_to_token(token)!r}, scores {share:.4f})")
     if trainer.task_probes is not None:
         lines += downstream_lines(trainer.out, final, trainer.task_probes.keys)
     elif trainer.cfg.trainer.summary_task:
