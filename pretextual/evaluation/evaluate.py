@@ -13,7 +13,8 @@ import torch
 
 from pretextual.errors import EvaluationError
 from pretextual.evaluation.encoders import Encoder, features, load_encoder, tokenize, untrained_twin
-from pretextual.evaluation.protocols import FinetuneSettings, finetune, majority, probe, tfidf
+from pretextual.evaluation.protocols import (FinetuneSettings, finetune, majority, probe,
+                                             require_sklearn, tfidf)
 from pretextual.evaluation.statistics import Scored, difference, fold_assignment, summary
 from pretextual.evaluation.tasks import CLASSIFICATION, Task
 
@@ -151,6 +152,7 @@ def evaluate(models: list[str], tasks: list[Task], settings: EvalSettings,
     Returns the JSON document: ``{"tasks": {task: {"metric", "n", "models", "baselines",
     "pairs"}}}``, ``pairs`` holding the difference of every two models with its standard error."""
     settings.check()
+    require_sklearn()
     log = log or (lambda line: print(line, file=sys.stderr))
     from pretextual.core.distributed import device_for
     device = device_for(settings.device)

@@ -30,7 +30,8 @@ PROBE_C = 0.1
 RIDGE_ALPHA = 1.0
 
 
-def _sklearn():
+def require_sklearn() -> None:
+    """One line naming the extra when scikit-learn (probe, TF-IDF, folds) is missing."""
     try:
         import sklearn  # noqa: F401
     except ImportError:
@@ -39,7 +40,7 @@ def _sklearn():
 
 
 def _linear_model(kind: str, scale: bool):
-    _sklearn()
+    require_sklearn()
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -68,7 +69,7 @@ def majority(task: Task, train: np.ndarray, test: np.ndarray) -> np.ndarray:
 def tfidf(task: Task, train: np.ndarray, test: np.ndarray) -> np.ndarray:
     """TF-IDF of word uni- and bigrams (each text of a pair on its own, side by side)
     with the probe's linear model: what a user would try without any encoder."""
-    _sklearn()
+    require_sklearn()
     from scipy.sparse import hstack
     from sklearn.feature_extraction.text import TfidfVectorizer
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)

@@ -5,21 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from pretextual.core.config import load_config
 from pretextual.core.trainer import Trainer
 from pretextual.exporters.export import export_checkpoint
 from run_helpers import tiny_overrides, write_topic_task
-
-
-@pytest.fixture(autouse=True, scope="session")
-def one_torch_thread():
-    """Tiny models gain nothing from more threads, and on a shared machine extra ones spin."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

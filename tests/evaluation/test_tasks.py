@@ -165,3 +165,11 @@ def test_a_task_plugin_registers_by_name(plugins):
     assert task.classes == ["bug", "feature"] and len(task) == 10
     with pytest.raises(Exception, match="no plugin registers a task named 'tickets'"):
         load_task("tickets", plugins)
+
+
+def test_evaluate_without_scikit_learn_names_the_extra(monkeypatch, capsys, trained_run, topic_task):
+    import sys
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    line = _error(capsys, "evaluate", trained_run, "--task", topic_task)
+    assert line == ("pretextual: error: the probe and the TF-IDF baseline need scikit-learn: "
+                    "pip install 'pretextual[eval]'")
