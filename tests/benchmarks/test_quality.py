@@ -184,3 +184,19 @@ def test_the_goal_row_of_a_side_that_never_reaches_the_score_is_not_met():
     goal = next(r for r in report.rows if "Hugging Face's final score" in r.what)
     assert goal.pretextual.startswith("<= 60 s") and goal.ratio_text == ">= 5.0x"
     assert goal.met == "yes"
+
+
+def test_no_verdict_when_hugging_faces_final_score_is_no_better_than_its_untrained_encoder():
+    sides = {"pretextual": _side("p", [60.0, 180.0, 300.0], [110, 330, 550]),
+             "hf": _side("h", [60.0, 180.0, 300.0], [20, 60, 100])}
+    score = {"pretextual": [_entry(0.405), _entry(0.40), _entry(0.39)],
+             "hf": [_entry(0.386), _entry(0.37), _entry(0.356)]}
+    result = {"metric": "accuracy", "n": 2000,
+              "baselines": {"untrained": {"probe": _entry(0.408)},
+                            "untrained:h-100": {"probe": _entry(0.408)}}}
+    report = Report(command="x", mode="x", machine={})
+    add_rows(report, sides, score, result, 300.0, 3, "sizes")
+    goal = next(r for r in report.rows if "Hugging Face's final score" in r.what)
+    # pretextual's first checkpoint (0.405) is above 0.356, but so is the untrained encoder
+    assert goal.pretextual.startswith("<= 60 s") and goal.ratio is None and goal.met == ""
+    assert goal.ratio_text.startswith("n/a: Hugging Face's final score is not above")
