@@ -32,7 +32,7 @@ import torch
 
 from benchmarks.isolated import Isolated
 from benchmarks.report import Report, Row
-from benchmarks.workloads import Sizes, Workspace, hf_model, hf_tokenizer
+from benchmarks.workloads import QUALITY, Sizes, Workspace, hf_model, hf_tokenizer
 from pretextual.plugins.hookspecs import hookimpl
 
 RECIPE = "roberta"
@@ -375,6 +375,10 @@ def downstream(ours: list[str], theirs: list[str], seeds: int) -> dict:
 
 
 def time_to_quality(ws: Workspace, report: Report) -> None:
+    if not ws.sizes.smoke:
+        root = ws.root / "quality"
+        root.mkdir()
+        ws = Workspace.create(QUALITY, ws.device, root)
     s = ws.sizes
     budget = SMOKE_BUDGET_SECONDS if s.smoke else BUDGET_SECONDS
     fractions = SMOKE_FRACTIONS if s.smoke else FRACTIONS

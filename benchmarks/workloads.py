@@ -11,7 +11,7 @@ is what its users run: ``BertForPreTraining``/``BertForMaskedLM`` with
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +64,11 @@ SMOKE = Sizes(layers=2, hidden=64, heads=2, intermediate=256, vocab=1000, seq=32
               repeats=1, warmup=1, corpus_documents=24, masking_batches=4, latency_calls_b1=2,
               settle=0.0, round_seconds=0.0, smoke=True)
 """Tiny sizes and one round: proves the benchmark runs, measures nothing."""
+
+QUALITY = replace(REFERENCE, layers=2, hidden=128, heads=2, intermediate=512, vocab=8192, seq=64,
+                  batch=64)
+"""The time-to-quality comparison's sizes: the main job's (the tiny preset, its vocabulary,
+sequence length and batch), the size that learns past the unigram stage within its budget."""
 
 
 # --- corpus and tokenizer -----------------------------------------------------------------------
