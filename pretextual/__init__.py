@@ -2,16 +2,16 @@
 
 from pretextual.errors import (CheckpointError, ConfigError, DataError, EvaluationError,
                                PluginError, PretextualError)
-from pretextual.plugins.api import (BuildContext, ExportedModel, ExporterSpec, ExportOptions,
-                                    ExportSummary, Objective, ObjectiveOutput, ObjectiveSpec,
-                                    StepInputs, TaskData, TaskSpec, Vocab)
+from pretextual.plugins.api import (BuildContext, Encoder, ExportedModel, ExporterSpec,
+                                    ExportOptions, ExportSummary, Objective, ObjectiveOutput,
+                                    ObjectiveSpec, StepInputs, TaskData, TaskSpec, Vocab)
 from pretextual.plugins.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BuildContext", "CheckpointError", "ConfigError", "DataError", "EvaluationError", "ExportedModel", "ExporterSpec",
-    "ExportOptions", "ExportSummary", "Objective",
-    "ObjectiveOutput", "ObjectiveSpec", "PluginError", "PretextualError", "StepInputs", "TaskData", "TaskSpec", "Vocab",
+    "BuildContext", "CheckpointError", "ConfigError", "DataError", "Encoder", "EvaluationError",
+    "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "Objective", "ObjectiveOutput",
+    "ObjectiveSpec", "PluginError", "PretextualError", "StepInputs", "TaskData", "TaskSpec", "Vocab",
     "hookimpl", "__version__",
 ]

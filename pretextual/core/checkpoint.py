@@ -11,12 +11,9 @@ checkpoint; a corrupt one is detected by its checksums and skipped.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,19 +22,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from pretextual.core.files import TEMPORARY_PREFIX, atomic_directory, sha256
 from pretextual.core.tokenizer import tokenizer_sha256
 from pretextual.errors import CheckpointError
 
 FORMAT_VERSION = 2
 MODEL_FILE, OPTIMIZER_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "trainer.json"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _flatten_optimizer(state_dict: dict) -> tuple[dict[str, torch.Tensor], list]:
@@ -125,28 +115,19 @@ def save_checkpoint(directory: Path, step: int, model_state: dict[str, torch.Ten
     tied = tied or {}
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"step-{step:07d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:07d}-", dir=directory))
     try:
-        save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items() if k not in tied},
-                  str(tmp / MODEL_FILE))
-        tensors, groups = _flatten_optimizer(optimizer_state)
-        tensors.update({f"rng.{k}": v for k, v in rng.items()})
-        save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(tmp / OPTIMIZER_FILE))
-        meta = {**meta, "format": FORMAT_VERSION, "step": step, "param_groups": groups, "tied": tied,
-                "sha256": {f: _sha256(tmp / f) for f in (MODEL_FILE, OPTIMIZER_FILE)}}
-        (tmp / STATE_FILE).write_text(json.dumps(meta, indent=1))
-        for f in tmp.iterdir():
-            with open(f, "rb") as handle:
-                os.fsync(handle.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        with atomic_directory(final) as tmp:
+            save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()
+                       if k not in tied}, str(tmp / MODEL_FILE))
+            tensors, groups = _flatten_optimizer(optimizer_state)
+            tensors.update({f"rng.{k}": v for k, v in rng.items()})
+            save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(tmp / OPTIMIZER_FILE))
+            meta = {**meta, "format": FORMAT_VERSION, "step": step, "param_groups": groups,
+                    "tied": tied, "sha256": {f: sha256(tmp / f) for f in (MODEL_FILE, OPTIMIZER_FILE)}}
+            (tmp / STATE_FILE).write_text(json.dumps(meta, indent=1))
     except OSError as exc:  # a full disk or a quota: the earlier checkpoints are untouched
         raise CheckpointError(f"{final}: cannot write the checkpoint ({exc.strerror}); the earlier "
                               f"checkpoints in {directory} are kept") from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     for old in list_checkpoints(directory)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -162,7 +143,7 @@ def list_checkpoints(directory: Path) -> list[Path]:
 def remove_partial_checkpoints(directory: Path) -> None:
     """Delete temporary directories left by a process killed while writing a checkpoint."""
     if directory.is_dir():
-        for p in directory.glob(".tmp-step-*"):
+        for p in directory.glob(f"{TEMPORARY_PREFIX}step-*"):
             shutil.rmtree(p, ignore_errors=True)
 
 
@@ -180,7 +161,7 @@ def open_checkpoint(path: Path) -> Checkpoint:
         file = path / name
         if not file.is_file():
             raise CheckpointError(f"{file}: missing")
-        if _sha256(file) != expected:
+        if sha256(file) != expected:
             raise CheckpointError(f"{file}: corrupt (sha256 does not match {STATE_FILE})")
     try:
         with open(path / MODEL_FILE, "rb") as f:  # the header parses: the file is safetensors

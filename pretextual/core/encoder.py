@@ -269,6 +269,11 @@ class BertModel(nn.Module):
         x = self.encoder(x, attn_mask)
         return EncoderOutput(last_hidden_state=x, pooler_output=self.pooler(x))
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The word-embedding table, as Hugging Face names its accessor: what a head ties
+        its output projection to."""
+        return self.embeddings.word_embeddings
+
 
 def count_parameters(module: nn.Module) -> int:
     """Number of distinct parameters (tied weights counted once)."""

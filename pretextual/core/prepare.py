@@ -21,7 +21,6 @@ shards of .npy arrays that training memory-maps (``data.prepared=DIR``):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import os
@@ -37,7 +36,7 @@ from tokenizers import Tokenizer
 from pretextual.core.corpus import (EMBEDDED, Document, corpus_files, corpus_fingerprint,
                                     document_boundary, embedded_corpus, iter_documents, read_corpus)
 from pretextual.core.data import Shard, TokenizedDocuments
-from pretextual.core.files import atomic_path
+from pretextual.core.files import atomic_path, atomic_write_text, sha256
 from pretextual.core.tokenizer import (TOKENIZER_FILE, load_tokenizer, read_tokenizer,
                                        tokenizer_sha256, train_wordpiece, vocab_of)
 from pretextual.errors import DataError
@@ -52,18 +51,10 @@ MB = 1 << 20
 # --- in memory, cached ----------------------------------------------------------------------
 
 def _cache_key(data_cfg) -> str:
-    h = hashlib.sha256(f"v{CACHE_FORMAT}:{corpus_fingerprint(data_cfg.corpus)}:"
-                       f"{data_cfg.text_field}".encode())
-    if data_cfg.tokenizer:
-        h.update(load_tokenizer(data_cfg.tokenizer).to_str().encode())
-    else:
-        h.update(f"wordpiece:{data_cfg.vocab_size}:{data_cfg.lowercase}".encode())
-    return h.hexdigest()[:20]
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    tokenizer = (load_tokenizer(data_cfg.tokenizer).to_str() if data_cfg.tokenizer
+                 else f"wordpiece:{data_cfg.vocab_size}:{data_cfg.lowercase}")
+    return sha256(f"v{CACHE_FORMAT}:{corpus_fingerprint(data_cfg.corpus)}:{data_cfg.text_field}"
+                  f"{tokenizer}".encode())[:20]
 
 
 def _write_error(path: Path, exc: OSError) -> DataError:
@@ -102,21 +93,13 @@ def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None
     try:
         cache.mkdir(parents=True, exist_ok=True)
         tokenized.save(tokens_file)
-        _write_text_atomic(tokenizer_file, tokenizer.to_str())
+        atomic_write_text(tokenizer_file, tokenizer.to_str())
     except OSError as exc:  # a cache we cannot write only costs time
         print(f"pretextual: warning: cannot write cache {cache}: {exc}", file=sys.stderr)
     return tokenizer, tokenized
 
 
 # --- prepared shards: writing ---------------------------------------------------------------
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(MB), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def _plan(corpus: str, shard_bytes: int) -> list[list[list]]:
     """The corpus cut into chunks of about ``shard_bytes``: each a list of pieces
@@ -158,7 +141,7 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
     reused by a re-run with the same recipe (training again could break ties differently)."""
     if data_cfg.tokenizer:
         given = load_tokenizer(data_cfg.tokenizer)
-        recipe = {"file": hashlib.sha256(given.to_str().encode()).hexdigest()}
+        recipe = {"file": tokenizer_sha256(given)}
     else:
         recipe = {"wordpiece": data_cfg.vocab_size, "lowercase": data_cfg.lowercase,
                   "sample_bytes": sample_bytes, "corpus": corpus_fingerprint(corpus),
@@ -166,7 +149,7 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
     recipe_file, tokenizer_file = out / TOKENIZER_RECIPE, out / TOKENIZER_FILE
     try:
         kept = json.loads(recipe_file.read_text())
-        if kept == {**recipe, "sha256": _sha256(tokenizer_file)}:
+        if kept == {**recipe, "sha256": sha256(tokenizer_file)}:
             return Tokenizer.from_file(str(tokenizer_file))
     except Exception:  # no tokenizer yet, or one made otherwise or changed since: make it
         pass
@@ -176,7 +159,7 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
         tokenizer = _train_tokenizer(_sample_sentences(corpus, data_cfg.text_field, sample_bytes),
                                      data_cfg, f"the first {sample_bytes / MB:.3g} MB of {corpus}", log)
     text = tokenizer.to_str()
-    recipe["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    recipe["sha256"] = sha256(text.encode())
     _write_outputs({tokenizer_file: text, recipe_file: json.dumps(recipe)})
     return tokenizer
 
@@ -198,7 +181,7 @@ def _write_outputs(texts: dict[Path, str]) -> None:
     """Write text files atomically; a failure (a full disk) is a DataError naming the file."""
     for path, text in texts.items():
         try:
-            _write_text_atomic(path, text)
+            atomic_write_text(path, text)
         except OSError as exc:
             raise _write_error(path, exc) from None
 
@@ -239,7 +222,7 @@ def _save_npy(out: Path, name: str, array: np.ndarray) -> dict:
         with atomic_path(out / name) as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, array, allow_pickle=False)
-            entry = {"file": name, "bytes": tmp.stat().st_size, "sha256": _sha256(tmp)}
+            entry = {"file": name, "bytes": tmp.stat().st_size, "sha256": sha256(tmp)}
     except OSError as exc:
         raise _write_error(out / name, exc) from None
     return entry
@@ -268,7 +251,7 @@ def _finished_shard(out: Path, job: dict) -> dict | None:
     """The sidecar of a shard a previous run completed for this same job, if its files verify."""
     try:
         sidecar = json.loads((out / f"{job['name']}.json").read_text())
-        if sidecar["job"] == job and all(_sha256(out / f["file"]) == f["sha256"]
+        if sidecar["job"] == job and all(sha256(out / f["file"]) == f["sha256"]
                                          for f in sidecar["files"].values()):
             return sidecar
     except (OSError, ValueError, KeyError, TypeError):
@@ -339,9 +322,9 @@ def prepare_corpus(corpus: str, out: str | Path, data_cfg, workers: int | None =
     _start_fresh(out, set(names))
     tokenizer = _prepared_tokenizer(out, corpus, data_cfg, int(sample_mb * MB), log)
     ids_dtype = "uint16" if tokenizer.get_vocab_size() <= 1 << 16 else "int32"
-    sha256 = tokenizer_sha256(tokenizer)
+    tokenizer_digest = tokenizer_sha256(tokenizer)
     jobs = [{"format": PREPARED_FORMAT, "name": name, "pieces": pieces, "ids_dtype": ids_dtype,
-             "text_field": data_cfg.text_field, "tokenizer_sha256": sha256}
+             "text_field": data_cfg.text_field, "tokenizer_sha256": tokenizer_digest}
             for name, pieces in zip(names, chunks)]
     finished = {job["name"]: _finished_shard(out, job) for job in jobs}
     pending = [job for job in jobs if finished[job["name"]] is None]
@@ -350,7 +333,7 @@ def prepare_corpus(corpus: str, out: str | Path, data_cfg, workers: int | None =
             f"tokenizing the other {len(pending)}")
     for sidecar in _run_jobs(out, pending, min(workers or _default_workers(), len(pending)), log):
         finished[sidecar["name"]] = sidecar
-    manifest = _manifest(corpus, data_cfg, tokenizer, sha256,
+    manifest = _manifest(corpus, data_cfg, tokenizer, tokenizer_digest,
                          [finished[job["name"]] for job in jobs])
     if manifest["documents"] == 0:
         raise DataError(f"data.corpus: {corpus} holds no text")
@@ -363,13 +346,13 @@ def prepare_corpus(corpus: str, out: str | Path, data_cfg, workers: int | None =
     return manifest
 
 
-def _manifest(corpus: str, data_cfg, tokenizer: Tokenizer, sha256: str,
+def _manifest(corpus: str, data_cfg, tokenizer: Tokenizer, tokenizer_digest: str,
               sidecars: list[dict]) -> dict:
     shards = [{k: v for k, v in s.items() if k != "job"} for s in sidecars]
     counts = {key: sum(s[key] for s in shards)
               for key in ("documents", "sentences", "tokens", "text_bytes")}
     return {"format": PREPARED_FORMAT, "corpus": corpus, "text_field": data_cfg.text_field,
-            "tokenizer": TOKENIZER_FILE, "tokenizer_sha256": sha256,
+            "tokenizer": TOKENIZER_FILE, "tokenizer_sha256": tokenizer_digest,
             "vocab_size": tokenizer.get_vocab_size(), **counts, "shards": shards}
 
 

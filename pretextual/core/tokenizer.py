@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from pretextual.core.files import sha256
 from pretextual.errors import DataError
 from pretextual.plugins.api import Vocab
 
@@ -63,7 +63,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 def tokenizer_sha256(tokenizer: Tokenizer) -> str:
     """The sha256 of the tokenizer's JSON: what identifies a run's tokenizer (a tokenizer
     trained again on the same text may differ, see docs/getting-started.md)."""
-    return hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
+    return sha256(tokenizer.to_str().encode())
 
 
 def vocab_of(tokenizer: Tokenizer, source: str = "tokenizer") -> Vocab:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pretextual.core.files import atomic_path
+from pretextual.core.files import atomic_write_text
 from pretextual.errors import EvaluationError
 
 SIGNIFICANT = 2.0
@@ -78,7 +78,6 @@ def write_json(document: dict, path: str | Path) -> None:
     if path.parent and not path.parent.is_dir():
         raise EvaluationError(f"--json {path}: no such directory {path.parent}")
     try:
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(document, indent=2) + "\n")
+        atomic_write_text(path, json.dumps(document, indent=2) + "\n")
     except OSError as exc:
         raise EvaluationError(f"--json {path}: cannot write it ({exc.strerror})") from None

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from pretextual.core.files import atomic_directory
 from pretextual.errors import PluginError, PretextualError, plugin_call
 from pretextual.exporters.hf import architecture, config_json, hf_counterpart, tokenizer_files
 from pretextual.exporters.load import CONFIG_FILE
@@ -77,8 +77,8 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
     options = ExportOptions(with_heads=with_heads, quantize=quantize)
     report = ExportReport(out_dir, ckpt.path, ckpt.step, model.metadata["objectives"])
 
-    tmp = _make_temporary(out_dir)
-    try:
+    with ExitStack() as stack:
+        tmp = _build_directory(out_dir, stack)
         written = set(write_common_files(model, tmp, with_heads))
         for spec in specs:
             start = time.perf_counter()
@@ -104,10 +104,6 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
                                 for n, s in report.summaries.items()}}
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
         _apply_umask(tmp)
-        _move_into_place(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     for line in report.lines():
         log(line)
     return report
@@ -152,11 +148,12 @@ def _check_out_dir(out_dir: Path, checkpoint: Path, force: bool) -> None:
         raise PretextualError(f"{out_dir}: exists and is not empty; pass --force to replace it")
 
 
-def _make_temporary(out_dir: Path) -> Path:
-    """The directory the export is built in, next to ``out_dir`` (making its parents)."""
+def _build_directory(out_dir: Path, stack: ExitStack) -> Path:
+    """The directory the export is built in, next to ``out_dir`` (making its parents): an
+    :func:`atomic_directory` entered on ``stack``, renamed to ``out_dir`` when it closes."""
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+        return stack.enter_context(atomic_directory(out_dir))
     except OSError as exc:  # a read-only or virtual file system, no permission
         raise PretextualError(f"{out_dir}: cannot create the export there ({exc.strerror}); "
                               f"choose another --out") from None
@@ -168,14 +165,3 @@ def _apply_umask(directory: Path) -> None:
     os.umask(umask)
     for path in [directory, *directory.rglob("*")]:
         path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
-
-
-def _move_into_place(tmp: Path, out_dir: Path) -> None:
-    """Rename the finished export over ``out_dir``; an old one is removed only after."""
-    if not out_dir.exists():
-        os.replace(tmp, out_dir)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-    os.replace(out_dir, old / out_dir.name)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(old, ignore_errors=True)

@@ -13,9 +13,6 @@ export with the numbers.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,28 +21,17 @@ from torch import nn
 
 from pretextual.core.encoder import BertModel
 from pretextual.errors import PretextualError
+from pretextual.exporters.onnx_runtime import ONNX_FILE, cpu_session, quiet, require_onnx
+from pretextual.exporters.quantize import quantize_int8
 from pretextual.plugins.api import ExportedModel, ExporterSpec, ExportOptions, ExportSummary
 from pretextual.plugins.hookspecs import hookimpl
 
 OPSET = 18
 TOLERANCE = 1e-4
-ONNX_FILE = "model.onnx"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUTS = ("last_hidden_state", "pooler_output")
 ONE_FILE_LIMIT = 2_000_000_000
 """Weight bytes above which the weights go to model.onnx.data (protobuf stops at 2 GiB)."""
-
-
-def require_onnx():
-    """(onnx, onnxruntime), or a PretextualError saying what to install."""
-    try:
-        import onnx
-        import onnxruntime
-        import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
-    except ImportError as exc:
-        raise PretextualError(f"onnx: the ONNX exporter needs onnx, onnxruntime and onnxscript "
-                              f"(pip install onnx onnxruntime onnxscript): {exc}") from None
-    return onnx, onnxruntime
 
 
 class _Exportable(nn.Module):
@@ -62,21 +48,6 @@ class _Exportable(nn.Module):
         blocked = 1.0 - attention_mask[:, None, None, :].to(x.dtype)
         x = self.encoder.encoder(x, blocked * torch.finfo(x.dtype).min)
         return x, self.encoder.pooler(x)
-
-
-@contextlib.contextmanager
-def quiet(logger_name: str):
-    """Silence a library's progress warnings while it runs (torch.onnx's "torchvision
-    is not installed", onnxruntime quantization's advice on the root logger)."""
-    logger = logging.getLogger(logger_name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
 
 
 def export_graph(encoder: BertModel, path: Path, external_data: bool) -> None:
@@ -140,12 +111,6 @@ def compare_with_torch(session, encoder: BertModel) -> dict[str, float]:
     return diffs
 
 
-def cpu_session(path: Path):
-    """An onnxruntime CPU session of ``path``."""
-    _, ort = require_onnx()
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-
 def export_onnx(model: ExportedModel, out_dir: Path, options: ExportOptions) -> ExportSummary:
     """Write model.onnx, check it, compare it with torch; with ``quantize="int8"``
     also model_quantized.onnx with its size, speed and similarity to fp32."""
@@ -169,7 +134,6 @@ def export_onnx(model: ExportedModel, out_dir: Path, options: ExportOptions) -> 
     metrics = {"opset": OPSET, "bytes": size, "max_abs_diff": max(diffs.values()),
                **{f"max_abs_diff_{k}": v for k, v in diffs.items()}}
     if options.quantize == "int8":
-        from pretextual.exporters.quantize import quantize_int8
         q = quantize_int8(model, path, external)
         files += q.files
         metrics.update(q.metrics)

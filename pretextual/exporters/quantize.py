@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from pretextual.core.corpus import embedded_corpus
 from pretextual.errors import PretextualError
-from pretextual.exporters.onnx import ONNX_FILE, cpu_session, quiet
+from pretextual.exporters.onnx_runtime import ONNX_FILE, cpu_session, quiet
 from pretextual.plugins.api import ExportedModel, ExportSummary
 
 INT8_FILE = "model_quantized.onnx"

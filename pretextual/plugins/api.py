@@ -1,4 +1,4 @@
-"""The small dataclasses that cross the plugin surface.
+"""The types that cross the plugin surface: small dataclasses and protocols.
 
 A plugin registers an :class:`ObjectiveSpec` by name. When a run selects that
 name, the core calls ``spec.build(options, context)`` and receives an
@@ -20,6 +20,10 @@ is checked, before the corpus is read, from what each spec declares it
 * at most one may provide a ``batch_transform`` (two maskers conflict);
 * heads are shared by name: objectives asking for the same head name get the
   same module, provided they name the same factory.
+
+This module is the ground floor: it imports nothing of pretextual, so the core and
+every plugin depend on it and not on each other. The encoder appears here only as
+the :class:`Encoder` protocol: what a plugin may rely on.
 """
 
 from __future__ import annotations
@@ -32,8 +36,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from pretextual.core.encoder import BertModel, EncoderConfig, EncoderOutput
-
 Batch = dict[str, torch.Tensor]
 """A batch: ``input_ids``, ``attention_mask``, ``token_type_ids``,
 ``special_tokens_mask``, ``word_starts`` (all ``[batch, seq]``), plus any keys
@@ -43,6 +45,62 @@ Example = dict[str, Any]
 """One example: 1-D int arrays of equal length (``input_ids``,
 ``token_type_ids``, ``word_starts``) and scalar labels (e.g.
 ``next_sentence_label``). The core pads arrays and stacks scalars."""
+
+
+class EncoderConfigLike(Protocol):
+    """The encoder's sizes (``encoder.config``, ``context.encoder_config``), field names
+    as in Hugging Face's ``BertConfig``. The core's is a dataclass, so
+    ``dataclasses.replace`` gives a resized copy (a narrower generator, say)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    hidden_act: str
+    hidden_dropout_prob: float
+    attention_probs_dropout_prob: float
+    max_position_embeddings: int
+    type_vocab_size: int
+    initializer_range: float
+    layer_norm_eps: float
+    pad_token_id: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields by name (what config.json holds)."""
+        ...
+
+
+class EncoderOutputLike(Protocol):
+    """What one forward pass of the encoder returns."""
+
+    last_hidden_state: torch.Tensor
+    """[batch, seq, hidden]: the last layer's vector of every position."""
+    pooler_output: torch.Tensor
+    """[batch, hidden]: tanh(dense(...)) of the [CLS] vector."""
+
+
+class Encoder(Protocol):
+    """The shared encoder as a plugin sees it: an ``nn.Module`` (``parameters()``,
+    ``state_dict()``, ``.to()`` as usual) with its sizes, its forward pass and its
+    word-embedding table. The core's ``BertModel`` is one."""
+
+    config: EncoderConfigLike
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 token_type_ids: torch.Tensor | None = None) -> EncoderOutputLike:
+        """Encode a batch of ``[batch, seq]`` integer tensors."""
+        ...
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The word-embedding table ``[vocab_size, hidden_size]``: a head ties its output
+        projection to it by assigning its ``weight`` (the checkpoint stores it once)."""
+        ...
+
+
+SCHEDULE_KEYS = frozenset({"weight", "schedule", "start_weight", "schedule_steps"})
+"""The keys the core reads from every ``objectives.<name>`` next to the objective's
+own (its weight and weight schedule); an objective's options cannot use them."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +126,7 @@ class Vocab:
 class BuildContext:
     """What an objective may read when the core builds it for a run."""
 
-    encoder_config: EncoderConfig
+    encoder_config: EncoderConfigLike
     vocab: Vocab
     max_seq_length: int
     has_word_boundaries: bool  # False when the tokenizer has no pre-tokenizer (no word ids)
@@ -101,7 +159,7 @@ the shape it was given."""
 PARTS = ("example_builder", "batch_transform")
 """The parts of an :class:`Objective` at most one objective of a mix may provide."""
 
-HeadFactory = Callable[[BertModel], nn.Module]
+HeadFactory = Callable[[Encoder], nn.Module]
 """Builds a head given the encoder (so a head may tie weights to it)."""
 
 
@@ -110,9 +168,9 @@ class StepInputs:
     """What an objective's loss function receives for one batch."""
 
     batch: Batch
-    encoder_output: EncoderOutput
+    encoder_output: EncoderOutputLike
     heads: Mapping[str, nn.Module]
-    encoder: BertModel  # for objectives that run another forward pass (e.g. ELECTRA)
+    encoder: Encoder  # for objectives that run another forward pass (e.g. ELECTRA)
 
 
 @dataclass
@@ -171,7 +229,7 @@ class ObjectiveSpec:
 class ExportedModel:
     """A trained model as an exporter receives it (and as pretextual loads an export back).
 
-    ``encoder`` is the BertModel in eval mode, on the CPU, in float32. ``heads``
+    ``encoder`` is the encoder (a BertModel) in eval mode, on the CPU, in float32. ``heads``
     holds each pretraining head's tensors by head name, keyed as in the head's
     own state dict (``heads["mlm"]["transform.dense.weight"]``); weights tied to
     the encoder (the MLM decoder) are not repeated. ``tokenizer`` is a
@@ -182,14 +240,14 @@ class ExportedModel:
     ``data.max_seq_length``); the position table may be longer.
     """
 
-    encoder: BertModel
+    encoder: Encoder
     heads: dict[str, dict[str, torch.Tensor]]
     tokenizer: Any
     metadata: dict[str, str]
     max_seq_length: int
 
     @property
-    def config(self) -> EncoderConfig:
+    def config(self) -> EncoderConfigLike:
         """The encoder's sizes (``encoder.config``), from which config.json is written."""
         return self.encoder.config
 
@@ -270,3 +328,10 @@ class TaskSpec:
     load: Callable[[], TaskData]
     description: str = ""
     load_eval: Callable[[], TaskData] | None = None
+
+
+__all__ = ["PARTS", "SCHEDULE_KEYS", "Batch", "BatchTransform", "BuildContext", "Documents",
+           "Encoder", "EncoderConfigLike", "EncoderOutputLike", "Example", "ExampleBuilder",
+           "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "HeadFactory",
+           "Objective", "ObjectiveOutput", "ObjectiveSpec", "StepInputs", "TaskData", "TaskSpec",
+           "Vocab"]

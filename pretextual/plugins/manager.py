@@ -23,10 +23,9 @@ from typing import Any
 
 import pluggy
 
-from pretextual.core.config import SCHEDULE_KEYS
 from pretextual.errors import PluginError
 from pretextual.plugins import hookspecs
-from pretextual.plugins.api import PARTS, ExporterSpec, ObjectiveSpec, TaskSpec
+from pretextual.plugins.api import PARTS, SCHEDULE_KEYS, ExporterSpec, ObjectiveSpec, TaskSpec
 
 ENTRY_POINT_GROUP = "pretextual"
 ENV_LOAD_PLUGINS = "PRETEXTUAL_LOAD_PLUGINS"

@@ -1,0 +1,113 @@
+"""The floors hold: the plugin surface imports nothing of the core, and the core
+satisfies the surface's protocols."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import torch
+
+import pretextual
+from pretextual.core.config import WeightSchedule
+from pretextual.core.encoder import BertModel, EncoderConfig
+from pretextual.plugins import api
+
+PACKAGE = Path(pretextual.__file__).resolve().parent
+ABOVE_THE_SURFACE = ("pretextual.core", "pretextual.analysis", "pretextual.exporters",
+                     "pretextual.evaluation", "pretextual.objectives")
+SURFACE_MAY_IMPORT = {"torch", "numpy", "pluggy", "pretextual.errors", "pretextual.plugins"}
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function; ``from a import b``
+    counts as importing ``a.b`` too when that is a module of pretextual."""
+    package = module_name(path).rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            found.add(base)
+            for alias in node.names:
+                candidate = PACKAGE.parent / Path(*f"{base}.{alias.name}".split("."))
+                if candidate.with_suffix(".py").is_file() or candidate.is_dir():
+                    found.add(f"{base}.{alias.name}")
+    return found
+
+
+def allowed_on_the_surface(module: str) -> bool:
+    top = module.split(".")[0]
+    return (top in sys.stdlib_module_names or top in SURFACE_MAY_IMPORT
+            or any(module == m or module.startswith(m + ".") for m in SURFACE_MAY_IMPORT))
+
+
+def test_importing_the_api_loads_nothing_above_it():
+    code = ("import json, sys; import pretextual.plugins.api; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('pretextual'))))")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                       text=True, check=True).stdout)
+    assert "pretextual.plugins.api" in loaded
+    assert [m for m in loaded if m.startswith(ABOVE_THE_SURFACE)] == []
+
+
+def test_the_surface_imports_only_the_standard_library_torch_numpy_and_itself():
+    for path in (PACKAGE / "plugins" / "api.py", PACKAGE / "plugins" / "hookspecs.py"):
+        outside = sorted(m for m in imports_of(path) if not allowed_on_the_surface(m))
+        assert outside == [], f"{path.name} imports {outside}"
+
+
+def test_the_onnx_exporter_and_its_quantization_do_not_import_each_other():
+    exporters = {module_name(p): imports_of(p) for p in (PACKAGE / "exporters").glob("*.py")}
+    onnx, quantize = "pretextual.exporters.onnx", "pretextual.exporters.quantize"
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            module = todo.pop()
+            for imported in exporters.get(module, ()):
+                if imported == goal:
+                    return True
+                if imported in exporters and imported not in seen:
+                    seen.add(imported)
+                    todo.append(imported)
+        return False
+
+    assert not (reaches(onnx, quantize) and reaches(quantize, onnx))
+    assert not reaches(quantize, onnx)  # the quantization builds on what the exporter shares
+
+
+def test_the_schedule_keys_are_those_the_core_reads():
+    assert api.SCHEDULE_KEYS == {f.name for f in dataclasses.fields(WeightSchedule)}
+
+
+def protocol_members(protocol: type) -> set[str]:
+    """The attributes and methods a protocol declares."""
+    return {name for name in {*typing.get_type_hints(protocol), *vars(protocol)}
+            if not name.startswith("_")}
+
+
+def test_the_core_encoder_is_what_the_surface_promises():
+    config = EncoderConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+                           num_attention_heads=2, intermediate_size=16)
+    model = BertModel(config)
+    fields = {f.name for f in dataclasses.fields(EncoderConfig)}
+    assert protocol_members(api.EncoderConfigLike) == fields | {"to_dict"}
+    assert protocol_members(api.Encoder) <= set(dir(model))
+    assert model.get_input_embeddings() is model.embeddings.word_embeddings
+    ids = torch.ones(2, 3, dtype=torch.long)
+    out = model(ids, torch.ones_like(ids), torch.zeros_like(ids))
+    assert protocol_members(api.EncoderOutputLike) <= set(dir(out))
