@@ -24,7 +24,6 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
-from numba import njit
 from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer
 
@@ -363,7 +362,8 @@ def collate(examples: Sequence[Example], vocab: Vocab, pad_to_multiple_of: int =
     # Python's len and max over a few dozen examples: cheaper than NumPy's calls
     sizes = [len(e["input_ids"]) for e in examples]
     length = -(-max(sizes) // pad_to_multiple_of) * pad_to_multiple_of
-    total, rows = sum(sizes), np.array(sizes)
+    total = sum(sizes)
+    real = np.arange(length) < np.array(sizes)[:, None]  # [rows, length]: not padding
     batch: Batch = {}
     for key, value in examples[0].items():
         if np.ndim(value) == 0:
@@ -374,47 +374,26 @@ def collate(examples: Sequence[Example], vocab: Vocab, pad_to_multiple_of: int =
             raise ValueError(f"collate: every per-token array of an example must be as long as "
                              f"its input_ids; {key!r} is not")
         if key == "input_ids":
-            ids, attention, special = _pad_ids(values.astype(np.int64, copy=False), rows, length,
-                                               vocab.pad_id, _special_table(vocab))
-            batch[key] = torch.from_numpy(ids)
+            ids = values.astype(np.int64, copy=False)
+            if len(ids) and (ids.min() < 0 or ids.max() >= vocab.size):
+                raise ValueError("collate: an input id is outside the vocabulary")
+            batch[key] = torch.from_numpy(_pad(ids, real, vocab.pad_id))
+            special = _pad(_special_table(vocab)[ids], real, False)
         elif key == "word_starts":  # padding counts as a word start: no word runs into it
-            batch[key] = torch.from_numpy(_pad(values.astype(bool, copy=False), rows, length, True))
+            batch[key] = torch.from_numpy(_pad(values.astype(bool, copy=False), real, True))
         else:
-            batch[key] = torch.from_numpy(_pad(values.astype(np.int64, copy=False), rows, length, 0))
-    batch["attention_mask"] = torch.from_numpy(attention)
+            batch[key] = torch.from_numpy(_pad(values.astype(np.int64, copy=False), real, 0))
+    batch["attention_mask"] = torch.from_numpy(real.astype(np.int64))
     batch["special_tokens_mask"] = torch.from_numpy(special)
     return batch
 
 
-# One compiled loop per padded array: a batch is a few dozen short arrays, where NumPy's
-# masked assignment, comparisons and table lookup cost more in dispatch than in work.
-
-@njit(cache=True, nogil=True)
-def _pad(values, sizes, length, fill):
-    """The concatenated rows ``values`` (``sizes`` long each) as a [rows, length] array."""
-    out = np.full((len(sizes), length), fill, values.dtype)
-    at = 0
-    for r in range(len(sizes)):
-        out[r, :sizes[r]] = values[at:at + sizes[r]]
-        at += sizes[r]
+def _pad(values: np.ndarray, real: np.ndarray, fill) -> np.ndarray:
+    """The rows concatenated in ``values``, placed at the ``real`` positions of a
+    [rows, length] array (row-major, the order they were concatenated in), ``fill`` elsewhere."""
+    out = np.full(real.shape, fill, values.dtype)
+    out[real] = values
     return out
-
-
-@njit(cache=True, nogil=True)
-def _pad_ids(values, sizes, length, pad_id, special_table):
-    """Padded input_ids, their attention_mask and special_tokens_mask (``special_table[id]``)."""
-    ids = np.full((len(sizes), length), pad_id, np.int64)
-    attention = np.zeros((len(sizes), length), np.int64)
-    special = np.zeros((len(sizes), length), np.bool_)
-    at = 0
-    for r in range(len(sizes)):
-        for j in range(sizes[r]):
-            token = values[at + j]
-            if token < 0 or token >= len(special_table):
-                raise ValueError("collate: an input id is outside the vocabulary")
-            ids[r, j], attention[r, j], special[r, j] = token, 1, special_table[token]
-        at += sizes[r]
-    return ids, attention, special
 
 
 def _seed(*parts: int) -> int:

@@ -136,7 +136,7 @@ def test_collate_pads_masks_and_stacks():
     with pytest.raises(ValueError, match="'token_type_ids'"):
         collate(examples, vocab)
     examples[1]["token_type_ids"] = np.array([0, 0, 0])
-    for bad in (10, -1):  # the compiled padding does not index past the special-id table
+    for bad in (10, -1):
         examples[1]["input_ids"] = np.array([2, bad, 3])
         with pytest.raises(ValueError, match="outside the vocabulary"):
             collate(examples, vocab)

@@ -32,6 +32,23 @@ def test_masks_are_reproducible_and_dynamic(plugins, wordpiece, batch, name):
 
 
 @pytest.mark.parametrize("name", ["mlm", "wwm", "span"])
+def test_masks_are_a_pure_function_of_the_generators_seed(plugins, wordpiece, batch, name):
+    """Two generators with the same seed give identical batches, whatever the generator drew
+    before it was seeded and whatever state torch's and NumPy's global generators are in."""
+    mask = transform(plugins, wordpiece, name)
+    torch.manual_seed(0)
+    np.random.seed(0)
+    a = mask(dict(batch), torch.Generator().manual_seed(11))
+    used = torch.Generator()
+    torch.rand(1000, generator=used)
+    torch.manual_seed(1)
+    np.random.seed(1)
+    torch.rand(10), np.random.random(10)
+    b = mask(dict(batch), used.manual_seed(11))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("name", ["mlm", "wwm", "span"])
 def test_layout_and_dtype_do_not_change_the_masks(plugins, wordpiece, batch, name):
     """int32 ids and a non-contiguous view of the batch mask as the plain batch does, and
     the transform leaves its input as it was."""
@@ -66,7 +83,7 @@ def test_replace_selected_decides_once_per_group(wordpiece, batch):
     assert 0.35 < share < 0.65  # half the groups become [MASK]
 
 
-def test_the_reusable_pieces_refuse_what_the_loops_cannot_check(wordpiece, batch):
+def test_the_reusable_pieces_refuse_mismatched_inputs(wordpiece, batch):
     vocab = vocab_of(wordpiece)
     g = torch.Generator().manual_seed(0)
     selected = select_tokens(batch, 0.15, g)

@@ -5,29 +5,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from numba import njit
 
 from objective_corpora import changes_only_at, collate_rows, context_for, mask_corpus
 from pretextual.core.data import TokenizedDocuments
 from pretextual.core.mix import check_objectives
 from pretextual.core.tokenizer import vocab_of
 from pretextual.errors import ConfigError
-from pretextual.objectives.masking import span_length
+from pretextual.objectives.masking import span_lengths, span_starts
 from pretextual.objectives.span import span_length_cdf
 
 
-@njit
-def _draw_span_lengths(seed, n, cdf):
-    np.random.seed(seed)
-    lengths = np.empty(n, np.int64)
-    for i in range(n):
-        lengths[i] = span_length(cdf)
-    return lengths
-
-
 def sample_span_lengths(n: int, cdf: np.ndarray, seed: int) -> torch.Tensor:
-    """``n`` lengths drawn by masking.span_length, the draw of mask_spans (int64, shape [n])."""
-    return torch.from_numpy(_draw_span_lengths(seed, n, cdf))
+    """``n`` lengths drawn by masking.span_lengths, the draw of mask_spans (int64, shape [n])."""
+    return span_lengths(cdf, (n,), torch.Generator().manual_seed(seed))
 
 
 def truncated_geometric(p: float, max_span: int) -> list[float]:
@@ -57,6 +47,33 @@ def test_spanbert_defaults_give_the_papers_mean_length():
 def test_p_of_one_gives_single_words():
     lengths = sample_span_lengths(1000, span_length_cdf(1.0, 10), seed=0)
     assert torch.equal(lengths, torch.ones(1000, dtype=lengths.dtype))
+
+
+def turn_by_turn(key, lengths, opens_stretch):
+    """span_starts written as the process it computes: each word in the order of its key
+    starts a span unless already hidden, and the span hides words to the right until its
+    length, a hidden word or a word that opens a stretch."""
+    rows, words = key.shape
+    start = torch.full((rows, words), -1)
+    for r in range(rows):
+        for s in sorted(range(words), key=lambda w: key[r, w].item()):
+            if start[r, s] >= 0:
+                continue  # already hidden: its turn starts nothing
+            for w in range(s, min(s + int(lengths[r, s]), words)):
+                if start[r, w] >= 0 or (w > s and opens_stretch[r, w]):
+                    break
+                start[r, w] = s
+    return start
+
+
+def test_span_starts_is_the_turn_by_turn_process():
+    g = torch.Generator().manual_seed(0)
+    for words, longest in [(1, 3), (7, 1), (13, 2), (40, 5), (64, 10)]:
+        key = torch.rand(8, words, generator=g, dtype=torch.float64)
+        lengths = torch.randint(1, longest + 1, (8, words), generator=g)
+        opens = torch.rand(8, words, generator=g) < 0.15
+        opens[:, 0] = True
+        assert torch.equal(span_starts(key, lengths, opens, longest), turn_by_turn(key, lengths, opens))
 
 
 @pytest.fixture(scope="module")
