@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks.timing import Samples
-from pretextual.core.fastpath import onednn_linear_active, onednn_linear_op
+from pretextual.accel.onednn import onednn_linear_active, onednn_linear_op
 
 
 def layer_parameters(hidden: int, intermediate: int) -> int:
@@ -160,11 +160,11 @@ def peaks(samples: dict[str, Samples], meta: dict) -> dict[str, Peak]:
 def linear_gemms(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, dnn) -> list:
     """The three GEMMs of a linear layer (forward ``x @ W.T``, backward ``g @ W`` and
     ``g.T @ x``) as the step issues them: through oneDNN (``dnn``) with the operand
-    layouts pretextual.core.fastpath.linear hands it (its dense copies made here,
+    layouts pretextual.accel.onednn.linear hands it (its dense copies made here,
     outside the timing), else through torch.mm as autograd runs them."""
     if dnn is None:
         return [lambda: torch.mm(x, w.t()), lambda: torch.mm(g, w), lambda: torch.mm(g.t(), x)]
-    # fastpath._mm_nt: the weight gradient copies the smaller of G^T and X^T to dense rows
+    # onednn._mm_nt: the weight gradient copies the smaller of G^T and X^T to dense rows
     gt, xt = g.t(), x.t()
     dense, other = (xt.contiguous(), gt) if xt.numel() < gt.numel() else (gt.contiguous(), xt)
     return [lambda: dnn(x, w, None, "none", [], ""), lambda: dnn(g, w.t(), None, "none", [], ""),

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from pretextual.core.fastpath import cpuinfo
+from pretextual.accel.onednn import cpuinfo
 
 
 @dataclass

@@ -111,3 +111,20 @@ def test_the_core_encoder_is_what_the_surface_promises():
     ids = torch.ones(2, 3, dtype=torch.long)
     out = model(ids, torch.ones_like(ids), torch.zeros_like(ids))
     assert protocol_members(api.EncoderOutputLike) <= set(dir(out))
+
+
+def test_the_core_imports_neither_analysis_nor_exporters():
+    """The final export and the plot are plugins on pretextual_on_train_end, not core code."""
+    for path in sorted((PACKAGE / "core").glob("*.py")):
+        above = sorted(m for m in imports_of(path)
+                       if m.startswith(("pretextual.analysis", "pretextual.exporters")))
+        assert above == [], f"core/{path.name} imports {above}"
+
+
+def test_the_model_and_the_objectives_import_no_cpu_kernel():
+    """numba and llvmlite are the cpu extra: only pretextual.accel imports them."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "accel" in path.relative_to(PACKAGE).parts:
+            continue
+        kernels = sorted(m for m in imports_of(path) if m.split(".")[0] in ("numba", "llvmlite"))
+        assert kernels == [], f"{path.relative_to(PACKAGE)} imports {kernels}"

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from pretextual.analysis.metrics import Run, read_run
+from pretextual.core.trainer import RUN_PLOT
 from pretextual.errors import PretextualError
+from pretextual.plugins.hookspecs import hookimpl
 
 PANEL_WIDTH, PANEL_HEIGHT, DPI = 4.5, 3.0, 100
 """Inches per panel and dots per inch: each panel is 450 x 300 pixels."""
 X_AXES = ("step", "tokens")
-RUN_PLOT = "metrics.png"
 
 
 class PlotError(PretextualError):
@@ -137,6 +138,13 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path,
     panels = build_panels(runs, labels)
     draw(panels, labels, out)
     return panels
+
+
+@hookimpl
+def pretextual_on_train_end(metrics, trainer):
+    """The built-in plot: ``metrics.png`` in the run directory when trainer.plot is set."""
+    if trainer.cfg.trainer.plot:
+        plot_run_if_possible(trainer.out, log=trainer.log)
 
 
 def plot_run_if_possible(run_dir: str | Path, log: Callable[[str], None] = print) -> Path | None:

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from pretextual.core.encoder import PRESETS, preset_config
@@ -65,8 +65,8 @@ class DataConfig:
     """Share of documents held out for evaluation: at least 2, and 2 kept for training, so none below 4 documents."""
     cache_dir: str = "~/.cache/pretextual"
     """Where tokenizers and tokenized corpora are cached between runs."""
-    num_workers: int = 0
-    """DataLoader worker processes preparing batches ahead of the step."""
+    num_workers: Optional[int] = None
+    """DataLoader worker processes preparing batches ahead of the step (kept alive between epochs and evaluations); unset: none on the CPU, where workers would take the step's cores, 4 on other devices."""
 
 
 @dataclass
@@ -92,7 +92,9 @@ class TrainerConfig:
     bf16: bool = False
     """Run the forward pass under bf16 autocast."""
     compile: bool = False
-    """Compile the encoder with torch.compile: same losses as eager; compiling takes the first step (30-40 s on a 2-core CPU, where the compiled step measured no faster than eager's CPU fast paths)."""
+    """Compile the encoder with torch.compile (the standard path on a GPU): the same losses as eager; compiling takes the first step."""
+    cpu_kernels: Optional[bool] = None
+    """The CPU kernels (pretextual[cpu]: compiled dropout, fused QKV and MLM loss, oneDNN linear layers on AMD): true, false, or unset: on for an uncompiled CPU run when installed."""
     eval_every: int = 250
     """Evaluate on the held-out split every N steps (and at the end); 0 only at the end."""
     eval_batches: int = 10
@@ -247,7 +249,7 @@ def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             node = OmegaConf.select(cfg, parent) if parent else cfg
             if not isinstance(node, DictConfig) or leaf not in node:
                 raise ConfigError(f"{key}: cannot delete, no such key")
-            with _open(node):
+            with open_dict(node):  # struct mode lifted for the deletion, then restored
                 node.pop(leaf)
             continue
         if "=" not in item:
@@ -259,20 +261,6 @@ def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         except (OmegaConfBaseException, TypeError) as exc:  # TypeError: a list for a mapping
             raise ConfigError(f"{key}: {_one_line(exc)}") from None
     return cfg
-
-
-class _open:
-    """Temporarily lift struct mode so a key can be deleted, then restore the node's own flag."""
-
-    def __init__(self, node: DictConfig):
-        self.node = node
-
-    def __enter__(self):
-        self.flag = self.node._get_node_flag("struct")
-        OmegaConf.set_struct(self.node, False)
-
-    def __exit__(self, *exc):
-        OmegaConf.set_struct(self.node, self.flag)
 
 
 def load_config(source: Optional[str] = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
@@ -305,7 +293,7 @@ def validate(cfg: DictConfig) -> None:
                 "trainer.keep_checkpoints": t.keep_checkpoints, "trainer.log_every": t.log_every,
                 "trainer.eval_batches": t.eval_batches, "trainer.adam_eps": t.adam_eps}
     not_negative = {"trainer.lr": t.lr, "trainer.eval_every": t.eval_every,
-                    "data.num_workers": d.num_workers, "trainer.warmup_steps": t.warmup_steps,
+                    "data.num_workers": d.num_workers or 0, "trainer.warmup_steps": t.warmup_steps,
                     "trainer.max_grad_norm": t.max_grad_norm, "trainer.weight_decay": t.weight_decay}
     below_one = {"model.hidden_dropout_prob": m.hidden_dropout_prob,
                  "model.attention_probs_dropout_prob": m.attention_probs_dropout_prob,

@@ -69,13 +69,26 @@ def mean_over_ranks(values: dict[str, torch.Tensor], world: World, device: torch
     return dict(zip(keys, stacked.tolist()))
 
 
-def sum_over_ranks(value: int, world: World, device: torch.device) -> int:
-    """The sum of an integer over processes (one all-reduce), on every process."""
+def sum_over_ranks(values: tuple[int, ...], world: World, device: torch.device) -> tuple[int, ...]:
+    """The sums of integers over processes (one all-reduce), on every process."""
     if not world.enabled:
-        return value
-    t = torch.tensor(value, dtype=torch.int64, device=device)
+        return values
+    t = torch.tensor(values, dtype=torch.int64, device=device)
     dist.all_reduce(t)
-    return int(t)
+    return tuple(t.tolist())
+
+
+def first_flagged(step: torch.Tensor, flags: torch.Tensor, world: World) -> tuple[int, list[bool]]:
+    """The smallest non-negative ``step`` over processes (-1 when every one is -1) and the
+    ``flags`` of a process that holds it, on every process (two all-reduces)."""
+    if not world.enabled:
+        return int(step), [bool(f) for f in flags.tolist()]
+    never = torch.iinfo(torch.int64).max
+    first = torch.where(step < 0, never, step).to(torch.int64)
+    dist.all_reduce(first, op=dist.ReduceOp.MIN)
+    mine = (step == first).to(torch.int64) * flags.to(torch.int64)
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return (-1 if int(first) == never else int(first)), [bool(f) for f in mine.tolist()]
 
 
 def any_over_ranks(flag: bool, world: World, device: torch.device) -> bool:

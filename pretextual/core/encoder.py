@@ -1,33 +1,20 @@
-"""The BERT encoder: small nn.Modules in plain PyTorch.
+"""The BERT encoder in plain PyTorch, read top to bottom like nanoGPT's model.py.
 
 Module and parameter names follow Hugging Face's ``BertModel`` exactly, so a
 state dict moves between the two without renaming or reshaping and the same
-weights give the same outputs.
-
-What differs from a textbook BERT is only how fast it runs, never what it
-computes (measured in benchmarks/, see docs/benchmarks.md):
-
-* linear layers and dropout go through :mod:`pretextual.core.fastpath`
-  (oneDNN GEMMs on AMD CPUs, compiled dropout on the CPU);
-* query, key and value are one GEMM on the concatenated weights (the
-  parameters stay three ``nn.Linear``, as Hugging Face names them);
-* the attention mask becomes an additive bias once per forward pass, and is
-  dropped when no position is padding (CPU), so attention skips the masking;
-* under ``torch.export`` (ONNX) attention is written out as
-  matmul / scale / add mask / softmax / matmul, the pattern onnxruntime's
-  transformer optimizer fuses into its Attention kernel.
+weights give the same outputs. Attention is ``F.scaled_dot_product_attention``,
+which picks a flash or memory-efficient kernel where the device has one.
+Accelerations (torch.compile, the CPU kernels) are applied to a built model
+from outside, by :mod:`pretextual.accel`; nothing here depends on the device.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from pretextual.core.fastpath import Dropout, attention, exporting, linear, tracing
 
 
 @dataclass
@@ -73,22 +60,12 @@ def preset_config(name: str, **overrides) -> EncoderConfig:
     return EncoderConfig(**fields)
 
 
-def attention_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The additive attention bias [batch, 1, 1, seq] of a 0/1 or boolean key mask
-    (0 where a key may be attended to, the dtype's minimum where not, so a row with
-    no key left gets a uniform, finite attention), or an additive mask as given.
-    None when there is no mask or, on the CPU, when no key is masked."""
-    if attention_mask is None:
-        return None
-    if attention_mask.dim() == 2:
-        attention_mask = attention_mask[:, None, None, :]
-    if attention_mask.dtype == torch.bool or not attention_mask.is_floating_point():
-        keep = attention_mask.bool()
-        if keep.device.type == "cpu" and not tracing() and bool(keep.all()):
-            return None  # nothing to mask; checking costs no device sync on the CPU
-        return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(
-            ~keep, torch.finfo(dtype).min)
-    return attention_mask
+def attention_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive attention bias of a boolean key mask (True: may be attended to):
+    0 where a key may be attended to, the dtype's minimum where not, so a row with no
+    key left gets a uniform, finite attention instead of NaN."""
+    return torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device
+                       ).masked_fill_(~attention_mask, torch.finfo(dtype).min)
 
 
 @dataclass
@@ -107,12 +84,10 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        if exporting():  # [batch, seq] position ids: the form onnxruntime's embedding fusion reads
-            positions = positions[None, :].expand_as(input_ids)
         x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
              + self.token_type_embeddings(token_type_ids))
         return self.dropout(self.LayerNorm(x))
@@ -129,38 +104,15 @@ class BertSelfAttention(nn.Module):
         self.dropout_p = config.attention_probs_dropout_prob
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        """``attn_mask``: None, a boolean [b, 1, 1, n] key mask (True: may attend), or
-        an additive float mask broadcastable to [b, heads, n, n]."""
+        """``attn_mask``: None or an additive mask broadcastable to [b, heads, n, n]."""
         b, n, h = x.shape
-        if exporting():
-            return self._explicit(x, attn_mask)
-        if attn_mask is not None and attn_mask.dtype != torch.bool:
-            # An additive mask in the dtype attention computes in (bf16 under autocast).
-            device = x.device.type
-            dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-            attn_mask = attn_mask.to(dtype)
-        # One GEMM for query, key and value: [b, n, 3, heads, head_dim].
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        qkv = linear(x, weight, bias).view(b, n, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [b, heads, n, head_dim]
-        y = attention(q, k, v, attn_mask, self.dropout_p if self.training else 0.0)
-        return y.transpose(1, 2).reshape(b, n, h)
-
-    def _explicit(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        """The same attention as separate ops (for export: the pattern graph optimizers fuse)."""
-        b, n, h = x.shape
-        q = self.query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.key(x).view(b, n, self.num_heads, self.head_dim).permute(0, 2, 3, 1)
-        v = self.value(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        scores = torch.matmul(q, k) / math.sqrt(self.head_dim)
+        q, k, v = (proj(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+                   for proj in (self.query, self.key, self.value))  # each [b, heads, n, head_dim]
         if attn_mask is not None:
-            if attn_mask.dtype == torch.bool:
-                attn_mask = torch.zeros(attn_mask.shape, dtype=scores.dtype, device=scores.device
-                                        ).masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
-            scores = scores + attn_mask
-        probs = F.dropout(torch.softmax(scores, dim=-1), self.dropout_p, self.training)
-        return torch.matmul(probs, v).transpose(1, 2).reshape(b, n, h)
+            attn_mask = attn_mask.to(q.dtype)  # autocast computes q in bf16, the mask must match
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                           dropout_p=self.dropout_p if self.training else 0.0)
+        return y.transpose(1, 2).reshape(b, n, h)
 
 
 class BertSelfOutput(nn.Module):
@@ -170,10 +122,10 @@ class BertSelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(in_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(linear(x, self.dense.weight, self.dense.bias)) + residual)
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
 
 
 class BertAttention(nn.Module):
@@ -194,7 +146,7 @@ class BertIntermediate(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
 
     def forward(self, x):
-        return F.gelu(linear(x, self.dense.weight, self.dense.bias))
+        return F.gelu(self.dense(x))
 
 
 class BertLayer(nn.Module):
@@ -214,12 +166,13 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x, attn_mask):
-        """``attn_mask``: None, a boolean [b, 1, 1, n] key mask, or an additive mask."""
-        if attn_mask is not None and attn_mask.dtype == torch.bool and not exporting():
-            attn_mask = attention_bias(attn_mask, x.dtype)  # once, not once per layer
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        """``key_mask``: None, a boolean [b, 1, 1, n] key mask (True: may attend), or an
+        additive mask; a boolean one becomes an additive bias once, not once per layer."""
+        if key_mask is not None and key_mask.dtype == torch.bool:
+            key_mask = attention_bias(key_mask, x.dtype)
         for layer in self.layer:
-            x = layer(x, attn_mask)
+            x = layer(x, key_mask)
         return x
 
 
@@ -229,7 +182,7 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(linear(hidden[:, 0], self.dense.weight, self.dense.bias))
+        return torch.tanh(self.dense(hidden[:, 0]))
 
 
 class BertModel(nn.Module):
@@ -262,11 +215,8 @@ class BertModel(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
-        attn_mask = None
-        if attention_mask is not None:
-            # [b, 1, 1, n] boolean: True where a key may be attended to.
-            attn_mask = attention_mask.bool()[:, None, None, :]
-        x = self.encoder(x, attn_mask)
+        key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        x = self.encoder(x, key_mask)
         return EncoderOutput(last_hidden_state=x, pooler_output=self.pooler(x))
 
     def get_input_embeddings(self) -> nn.Embedding:

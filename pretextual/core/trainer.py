@@ -21,15 +21,14 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from tqdm import tqdm
 
 import pretextual
+from pretextual.accel import accelerate
 from pretextual.core.checkpoint import (STATE_FILE, check_tokenizer, latest_checkpoint,
                                         list_checkpoints, remove_partial_checkpoints,
                                         save_checkpoint, tied_keys)
-from pretextual.analysis.plot import RUN_PLOT
 from pretextual.core.config import MODEL_SIZES, config_changes, to_yaml
 from pretextual.core.data import MIN_SPLIT_DOCUMENTS, Batches, full_sentences, split_documents
 from pretextual.core import distributed as dist_utils
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
-from pretextual.core.fastpath import keep_freed_memory
 from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objectives,
                                  resolved_objectives)
 from pretextual.core.prepare import tokenized_corpus
@@ -46,6 +45,8 @@ EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed stream
 FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True, strict=False)
 # What a run writes in its directory, which trainer.overwrite_output_dir deletes (the
 # tensorboard plugin hides an earlier run's events itself).
+RUN_PLOT = "metrics.png"
+"""The plot of the run's metrics (drawn at the end by the built-in plot plugin)."""
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "export", RUN_PLOT)
 
 
@@ -113,14 +114,17 @@ def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
     return names
 
 
-def _fused_adamw_supported(device: torch.device) -> bool:
-    """Whether torch has a fused (one kernel for all parameters) AdamW for ``device``:
-    on the CPU it is about 7x faster than the default foreach implementation."""
+DEVICE_WORKERS = 4
+"""DataLoader workers of a run on a GPU when data.num_workers is unset."""
+
+
+def _adamw(groups, device: torch.device, **settings) -> torch.optim.AdamW:
+    """AdamW, fused (one kernel for all parameters; on the CPU about 7x faster than the
+    default foreach implementation) where torch has it for ``device``, else torch's default."""
     try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-    except ImportError:  # a torch without the helper: keep the default implementation
-        return False
-    return device.type in _get_fused_kernels_supported_devices()
+        return torch.optim.AdamW(groups, fused=True, **settings)
+    except RuntimeError:  # no fused kernel for this device or dtype
+        return torch.optim.AdamW(groups, **settings)
 
 
 class _MixForward(torch.nn.Module):
@@ -149,6 +153,35 @@ def _next_batch(loader):
         raise type(exc)(last.split(": ", 1)[1] if ": " in last else last) from None
 
 
+class _NonFinite:
+    """The first step whose losses were not finite since the last read, kept on the device
+    (recording costs no synchronisation), with the names of the losses that were not."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.keys = device, None
+        self.clear()
+
+    def clear(self) -> None:
+        self.step = torch.tensor(-1, device=self.device)
+        self.bad = None
+
+    def record(self, step: int, logs: dict[str, torch.Tensor]) -> None:
+        if self.keys is None:
+            self.keys = [k for k in sorted(logs) if k == "loss" or k.startswith("loss/")]
+        bad = torch.stack([~torch.isfinite(torch.as_tensor(logs[k], device=self.device)).any()
+                           for k in self.keys])
+        first = (self.step < 0) & bad.any()
+        self.step = torch.where(first, step, self.step)
+        self.bad = bad if self.bad is None else torch.where(first, bad, self.bad)
+
+    def first(self, world) -> tuple[int | None, list[str]]:
+        """(the first non-finite step on any process, its non-finite losses) or (None, [])."""
+        step, bad = dist_utils.first_flagged(self.step, self.bad, world)
+        if step < 0:
+            return None, []
+        return step, [k for k, b in zip(self.keys, bad) if b and k != "loss"]
+
+
 def _documents(n: int) -> str:
     return f"{n} document{'' if n == 1 else 's'}"
 
@@ -164,8 +197,6 @@ class Trainer:
                  resume: bool = False):
         self.cfg = cfg
         self.device = dist_utils.device_for(cfg.trainer.device)
-        if self.device.type == "cpu":
-            keep_freed_memory()  # no page faults on each step's large activations
         self.world = dist_utils.init_world(self.device)
         self.log = log if self.world.is_main else (lambda *_: None)
         self.plugins = plugins or Plugins.from_config(cfg)
@@ -237,9 +268,8 @@ class Trainer:
 
         torch.manual_seed(seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
-        if cfg.trainer.compile:
-            # In place, before any DDP/FSDP wrap: parameter names and the state dict stay as they are.
-            self.model.bert.compile()
+        self.accelerations = accelerate(self.model, self.model.bert, self.device.type,
+                                        cfg.trainer.compile, cfg.trainer.cpu_kernels, self.log)
         self.forward = _MixForward(self.model, self.mix)
         if cfg.trainer.fsdp and self.world.enabled:
             # FSDP2: each layer's parameters, gradients and optimizer state sharded over ranks.
@@ -248,15 +278,16 @@ class Trainer:
                 fully_shard(layer)
             fully_shard(self.forward)
         elif self.world.enabled:
-            # Unused parameters are normal here (the pooler when no objective reads it).
+            # Searching for unused parameters costs every backward a graph traversal: only
+            # when some are (the pooler, when no objective reads it).
             self.forward = torch.nn.parallel.DistributedDataParallel(
                 self.forward, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                find_unused_parameters=True)
+                find_unused_parameters=self._has_unused_parameters())
         t = cfg.trainer
-        self.optimizer = torch.optim.AdamW(
-            _decay_groups(self.model, t.weight_decay), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2),
-            eps=t.adam_eps, fused=_fused_adamw_supported(self.device) or None)
+        self.optimizer = _adamw(_decay_groups(self.model, t.weight_decay), self.device, lr=t.lr,
+                                betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self._eval_loader = None
         self.step = 0
         self.start_step = 0  # the step train() started from: 0, or the resumed checkpoint's
         # "time" in metrics.jsonl: seconds since the run started, continued across resumes.
@@ -294,6 +325,18 @@ class Trainer:
             raise ConfigError(f"trainer.output_dir={self.out}: holds {what or 'an earlier run'}; "
                               f"continue it with --resume, or set "
                               f"trainer.overwrite_output_dir=true to delete it and start afresh")
+
+    def _has_unused_parameters(self) -> bool:
+        """Whether a step leaves some parameter without a gradient: one forward and backward
+        of the first training batch, whose gradients and random draws are then undone."""
+        batch = self._to_device(self.train_batches[self.train_indices()[0]])
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), self._autocast():
+            total, _ = self.forward(batch, 0)
+            total.backward()
+        unused = any(p.grad is None for p in self.model.parameters() if p.requires_grad)
+        self.model.zero_grad(set_to_none=True)
+        return dist_utils.any_over_ranks(unused, self.world, self.device)
 
     def _tokenized_corpus(self):
         """The run's tokenizer and documents. The main process tokenizes (training the
@@ -376,11 +419,11 @@ class Trainer:
         # (loading the state would bring back the old lr, betas, eps and weight decay).
         configured = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
         set_optimizer_state_dict(self.model, self.optimizer, ckpt.optimizer_state(), options=FULL_STATE)
-        self.scheduler.last_epoch = ckpt.meta["scheduler_last_epoch"]
-        factor = self._lr_factor(self.scheduler.last_epoch)
-        for group, settings, base in zip(self.optimizer.param_groups, configured, self.scheduler.base_lrs):
-            group.update(settings, lr=base * factor)
-        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        for group, settings in zip(self.optimizer.param_groups, configured):
+            group.update(settings)  # initial_lr among them: the base the schedule scales
+        # Rebuilt at the checkpoint's step: its constructor sets the learning rate of that step.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, self._lr_factor, last_epoch=ckpt.meta["scheduler_last_epoch"] - 1)
         rng = tensors.get(f"rng.torch.{self.world.rank}")
         if rng is not None:
             dist_utils.set_rng_state(rng, self.device)
@@ -407,13 +450,17 @@ class Trainer:
 
     def loader(self, batches: Batches, indices) -> torch.utils.data.DataLoader:
         """The DataLoader the run reads ``batches`` through (data.num_workers workers
-        preparing batches ahead), yielding the batches at ``indices`` in order."""
+        preparing batches ahead, kept alive for another pass), yielding the batches at
+        ``indices`` in order."""
         workers = self.cfg.data.num_workers
+        if workers is None:
+            workers = 0 if self.device.type == "cpu" else DEVICE_WORKERS
         # Its own generator: a DataLoader otherwise draws its base seed from the global RNG,
         # which would shift dropout after a resume. Batches carry their own seeds anyway.
         return torch.utils.data.DataLoader(batches, batch_size=None, sampler=indices,
-                                           generator=torch.Generator(),
-                                           num_workers=workers, pin_memory=self.device.type == "cuda",
+                                           generator=torch.Generator(), num_workers=workers,
+                                           pin_memory=self.device.type == "cuda",
+                                           persistent_workers=workers > 0,
                                            prefetch_factor=4 if workers else None)
 
     def train_indices(self, start_step: int = 0) -> list[int]:
@@ -471,7 +518,9 @@ class Trainer:
         sums: dict[str, float] = {}
         examples = 0
         n = self.eval_batches.available(self.cfg.trainer.eval_batches)
-        loader = iter(self.loader(self.eval_batches, range(n)))
+        if self._eval_loader is None:  # built once: its workers serve every evaluation
+            self._eval_loader = self.loader(self.eval_batches, range(n))
+        loader = iter(self._eval_loader)
         for _ in range(n):
             batch = _next_batch(loader)
             rows = batch["input_ids"].shape[0]
@@ -525,7 +574,10 @@ class Trainer:
         self.log(f"objectives: {weights} | encoder {count_parameters(self.model.bert):,} parameters "
                  f"| global batch {self.global_batch_size} = {self.cfg.data.batch_size} x "
                  f"{self.world.world_size} processes x {t.grad_accum_steps} accumulation "
-                 f"| device {self.device}")
+                 f"| device {self.device}"
+                 + "".join(f" | {applied}" for applied in self.accelerations))
+        if self.world.is_main:
+            self.plugins.hook.pretextual_on_train_start(trainer=self)
         if self.task_probes is not None and self.step == 0:
             # the untrained encoder's probe: where the downstream curve starts
             probes = self.task_probes(self.model.bert, self.device)
@@ -537,21 +589,33 @@ class Trainer:
                    disable=not (t.progress and self.world.is_main))
         last_eval: dict[str, float] = {}
         tokens_seen, clock = 0, time.perf_counter()
+        watch = _NonFinite(self.device)
         while self.step < t.max_steps and not self.should_stop:
             logs, tokens = self._micro_steps(loader)
-            logs = dist_utils.mean_over_ranks(logs, self.world, self.device)
-            tokens = dist_utils.sum_over_ranks(tokens, self.world, self.device)
-            skipped = not math.isfinite(logs["loss"])
+            step = self.step + 1
+            logging = step % t.log_every == 0 or step == t.max_steps
+            # The losses reach the host only where something reads them (each read waits for
+            # the device): logged, evaluated and checkpointed steps, and every step under
+            # trainer.nonfinite=skip, which must know before the update whether to make it.
+            read = (logging or t.nonfinite == "skip" or step % t.checkpoint_every == 0
+                    or bool(t.eval_every and step % t.eval_every == 0))
+            watch.record(step, logs)
+            skipped = False
+            if read:
+                logs = dist_utils.mean_over_ranks(logs, self.world, self.device)
+                bad_step, bad = watch.first(self.world)
+                if bad_step is not None:
+                    message = f"step {bad_step}: non-finite loss in {', '.join(bad) or 'loss'}"
+                    if t.nonfinite == "stop":
+                        kept = list_checkpoints(self.out / "checkpoints")
+                        raise TrainingError(f"{message}; stopped, "
+                                            + (f"the last good checkpoint {kept[-1]} is kept" if kept
+                                               else "no checkpoint had been written yet")
+                                            + " (trainer.nonfinite=skip skips such batches)")
+                    self.log(f"warning: {message}; batch skipped (trainer.nonfinite=skip)")
+                    watch.clear()
+                    skipped = True
             if skipped:
-                bad = [k for k, v in logs.items() if k.startswith("loss/") and not math.isfinite(v)]
-                message = (f"step {self.step + 1}: non-finite loss in {', '.join(bad) or 'loss'}")
-                if t.nonfinite == "stop":
-                    kept = list_checkpoints(self.out / "checkpoints")
-                    raise TrainingError(f"{message}; stopped, "
-                                        + (f"the last good checkpoint {kept[-1]} is kept" if kept
-                                           else "no checkpoint had been written yet")
-                                        + " (trainer.nonfinite=skip skips such batches)")
-                self.log(f"warning: {message}; batch skipped (trainer.nonfinite=skip)")
                 self.optimizer.zero_grad(set_to_none=True)
             else:
                 if t.max_grad_norm > 0:
@@ -561,21 +625,30 @@ class Trainer:
             lr = self.scheduler.get_last_lr()[0]
             self.scheduler.step()
             weights = self.mix.weights(self.step)
-            self.step += 1
+            self.step = step
             tokens_seen += tokens
 
-            if self.world.is_main and (self.step % t.log_every == 0 or self.step == t.max_steps):
-                now = time.perf_counter()
-                record = {"step": self.step, **logs, **{f"weight/{k}": w for k, w in weights.items()},
-                          "lr": lr, "tokens": tokens,
-                          "tokens_per_s": tokens_seen / max(now - clock, 1e-9)}
-                if skipped:
-                    record["skipped"] = 1
-                tokens_seen, clock = 0, now
-                self._write_metrics(record)
-                bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-                self.plugins.hook.pretextual_on_step_end(step=self.step, metrics=record, trainer=self)
-            self.should_stop = dist_utils.any_over_ranks(self.should_stop, self.world, self.device)
+            if logging:
+                tokens, tokens_seen = dist_utils.sum_over_ranks((tokens, tokens_seen), self.world,
+                                                                 self.device)
+                if self.world.is_main:
+                    now = time.perf_counter()
+                    record = {"step": self.step, **logs,
+                              **{f"weight/{k}": w for k, w in weights.items()},
+                              "lr": lr, "tokens": tokens,
+                              "tokens_per_s": tokens_seen / max(now - clock, 1e-9)}
+                    if skipped:
+                        record["skipped"] = 1
+                    clock = now
+                    self._write_metrics(record)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}",
+                                    tok_s=f"{record['tokens_per_s']:.0f}")
+                    self.plugins.hook.pretextual_on_step_end(step=self.step, metrics=record,
+                                                             trainer=self)
+                tokens_seen = 0
+                # a plugin asks on the main process; every process stops at the same step
+                self.should_stop = dist_utils.any_over_ranks(self.should_stop, self.world,
+                                                             self.device)
             bar.update(1)
 
             done = self.step == t.max_steps or self.should_stop
@@ -594,11 +667,11 @@ class Trainer:
             if self.step % t.checkpoint_every == 0 or done:
                 self.save()
         bar.close()
-        if self.export_formats and self.world.is_main:
-            from pretextual.exporters import export_checkpoint
-            export_checkpoint(self.out / "checkpoints" / f"step-{self.step:07d}", self.out / "export",
-                              self.export_formats, force=True, plugins=self.plugins, log=self.log)
-        if t.plot and self.world.is_main:
-            from pretextual.analysis.plot import plot_run_if_possible
-            plot_run_if_possible(self.out, log=self.log)
+        if self.world.is_main:
+            self.plugins.hook.pretextual_on_train_end(metrics=last_eval, trainer=self)
         return last_eval
+
+    @property
+    def final_checkpoint(self) -> Path:
+        """The directory of the checkpoint at the current step."""
+        return self.out / "checkpoints" / f"step-{self.step:07d}"

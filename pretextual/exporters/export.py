@@ -22,6 +22,7 @@ from pretextual.exporters.hf import architecture, config_json, hf_counterpart, t
 from pretextual.exporters.load import CONFIG_FILE
 from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
 from pretextual.plugins.api import ExportedModel, ExporterSpec, ExportOptions, ExportSummary
+from pretextual.plugins.hookspecs import hookimpl
 
 MANIFEST_FILE = "export.json"
 DEFAULT_FORMATS = ("safetensors", "onnx")
@@ -107,6 +108,15 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
     for line in report.lines():
         log(line)
     return report
+
+
+@hookimpl(tryfirst=True)
+def pretextual_on_train_end(metrics, trainer):
+    """The built-in final export: the last checkpoint in each of trainer.export's formats,
+    to <output_dir>/export (before any other plugin's end of training, which may read it)."""
+    if trainer.export_formats:
+        export_checkpoint(trainer.final_checkpoint, trainer.out / "export", trainer.export_formats,
+                          force=True, plugins=trainer.plugins, log=trainer.log)
 
 
 def write_common_files(model: ExportedModel, out_dir: Path, with_heads: bool) -> list[str]:

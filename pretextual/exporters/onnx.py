@@ -21,6 +21,7 @@ from torch import nn
 
 from pretextual.core.encoder import BertModel
 from pretextual.errors import PretextualError
+from pretextual.exporters.onnx_form import export_form
 from pretextual.exporters.onnx_runtime import ONNX_FILE, cpu_session, quiet, require_onnx
 from pretextual.exporters.quantize import quantize_int8
 from pretextual.plugins.api import ExportedModel, ExporterSpec, ExportOptions, ExportSummary
@@ -58,7 +59,7 @@ def export_graph(encoder: BertModel, path: Path, external_data: bool) -> None:
     example = (input_ids, torch.ones_like(input_ids), torch.zeros_like(input_ids))
     axes = {0: "batch_size", 1: "sequence_length"}
     with quiet("torch.onnx"):
-        torch.onnx.export(_Exportable(encoder).eval(), example, str(path), input_names=list(INPUTS),
+        torch.onnx.export(_Exportable(export_form(encoder)), example, str(path), input_names=list(INPUTS),
                           output_names=list(OUTPUTS), opset_version=OPSET, dynamo=True,
                           dynamic_shapes={name: axes for name in INPUTS},
                           external_data=external_data, verbose=False)

@@ -18,7 +18,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from pretextual.core.encoder import BertModel
-from pretextual.core.fastpath import linear
 from pretextual.errors import ConfigError
 from pretextual.objectives.masking import IGNORE_INDEX, mask_tokens, replace_selected, select_tokens
 from pretextual.plugins.api import (Batch, BuildContext, Objective, ObjectiveOutput, ObjectiveSpec,
@@ -27,7 +26,7 @@ from pretextual.plugins.hookspecs import hookimpl
 
 # What plugins reuse (docs/plugins.md); select_tokens and replace_selected live in masking.py.
 __all__ = ["IGNORE_INDEX", "MLMHead", "MLMOptions", "build", "check_masking_options",
-           "masked_lm_loss", "replace_selected", "select_tokens"]
+           "cross_entropy_and_accuracy", "masked_lm_loss", "replace_selected", "select_tokens"]
 
 
 @dataclass
@@ -63,7 +62,7 @@ class MLMHeadTransform(nn.Module):
         self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps)
 
     def forward(self, x):
-        return self.LayerNorm(F.gelu(linear(x, self.dense.weight, self.dense.bias)))
+        return self.LayerNorm(F.gelu(self.dense(x)))
 
 
 class MLMHead(nn.Module):
@@ -82,116 +81,19 @@ class MLMHead(nn.Module):
         nn.init.zeros_(self.transform.dense.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return linear(self.transform(hidden), self.word_embeddings.weight, self.bias)
+        return F.linear(self.transform(hidden), self.word_embeddings.weight, self.bias)
 
     def loss_and_accuracy(self, hidden: torch.Tensor, target: torch.Tensor
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean cross-entropy of ``forward(hidden)`` against ``target`` and the share
-        of positions whose highest logit is the target, without materialising
-        the loss's intermediate [n, vocab] tensors (see :class:`_VocabCrossEntropy`)."""
-        x = self.transform(hidden)
-        dtype = _compute_dtype(x)
-        return _VocabCrossEntropy.apply(x, self.word_embeddings.weight, self.bias, target, dtype)
+        of positions whose highest logit is the target."""
+        return cross_entropy_and_accuracy(self(hidden), target)
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype a linear layer computes in here: autocast's when it is on."""
-    device = x.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-
-
-CHUNK_BYTES = 4 << 20
-"""Rows of logits handled at once by the fused loss: about this many bytes of fp32 (cache-sized)."""
-
-
-class _VocabCrossEntropy(torch.autograd.Function):
-    """Cross-entropy of the vocabulary projection, fused.
-
-    Equal to ``F.cross_entropy(F.linear(x, weight, bias).float(), target)``
-    (and ``argmax == target``), computed as: one GEMM for the logits (in
-    autocast's dtype when it is on, as F.linear would), then row chunks of a
-    few MB, each while it is in cache: max, exp, row sums, the
-    log-sum-exp, the loss, and, when a gradient is wanted, the gradient of the
-    mean loss with respect to the logits (softmax - one-hot) / n, written over
-    the logits, and its column sums in fp32 (the bias gradient). Backward is
-    two GEMMs, scaled by the incoming gradient. Compared with log_softmax +
-    nll_loss this skips the zero-filled [n, vocab] gradient, the separate
-    log-probability tensor, a cast of the logits to fp32 under bf16, and second
-    passes for the argmax and the bias gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, target, dtype):
-        device = x.device.type
-        with torch.autocast(device, enabled=False):
-            xc, wc = x.to(dtype), weight.to(dtype)
-            # On the CPU the bias is added in fp32 per chunk, not by the GEMM: no [n, vocab]
-            # broadcast copy of it before the product (a fifth of the GEMM's time). In fp32 on
-            # a GPU the GEMM adds it (an epilogue); in bf16 it is added per chunk everywhere.
-            in_gemm = dtype == torch.float32 and x.device.type != "cpu"
-            if dtype == torch.float32:
-                logits = linear(xc, wc, bias if in_gemm else None)
-            else:
-                logits = torch.mm(xc, wc.t())
-            late_bias, in_place = (None if in_gemm else bias.float()), logits.dtype == torch.float32
-            n, vocab = logits.shape
-            rows = max(1, CHUNK_BYTES // (4 * vocab))
-            want_grad = any(ctx.needs_input_grad[:3])
-            losses = torch.empty(n, dtype=torch.float32, device=x.device)
-            hits = torch.empty(n, dtype=torch.bool, device=x.device)
-            # The bias gradient, summed over the rows chunk by chunk while each is in cache
-            # in fp32: no second pass over the [n, vocab] gradient in backward.
-            grad_bias = (torch.zeros(vocab, dtype=torch.float32, device=x.device)
-                         if want_grad else None)
-            for start in range(0, n, rows):
-                stop = min(start + rows, n)
-                t = target[start:stop, None]
-                chunk = logits[start:stop]
-                # fp32 logits are worked in place; bf16 ones in an fp32 copy of the chunk
-                if not in_place:
-                    chunk = chunk.float()
-                if late_bias is not None:
-                    chunk = chunk.add_(late_bias)
-                picked = chunk.gather(1, t).squeeze(1)
-                top = chunk.amax(1)  # max(1) also finds the index: 18x slower on the CPU
-                hits[start:stop] = picked >= top  # the target holds the highest logit
-                chunk.sub_(top[:, None]).exp_()
-                total = chunk.sum(1)
-                losses[start:stop] = top + total.log() - picked
-                if want_grad:
-                    chunk.mul_((1.0 / (total * n))[:, None])  # softmax / n
-                    chunk.scatter_add_(1, t, chunk.new_full(t.shape, -1.0 / n))
-                    grad_bias += chunk.sum(0)
-                    if not in_place:
-                        logits[start:stop] = chunk  # back into the bf16 buffer
-        if want_grad:
-            ctx.save_for_backward(logits, xc, wc, grad_bias)
-            ctx.dtypes = (x.dtype, weight.dtype, bias.dtype)
-        ctx.mark_non_differentiable(hits)
-        return losses.mean(), hits.float().mean()
-
-    @staticmethod
-    def backward(ctx, grad_loss, grad_accuracy):
-        grad, xc, wc, grad_bias = ctx.saved_tensors  # grad: d(mean loss)/d(logits), [n, vocab]
-        x_dtype, w_dtype, b_dtype = ctx.dtypes
-        unscaled = grad_loss.device.type == "cpu" and float(grad_loss) == 1.0
-        scale = grad_loss.to(torch.float32)
-        fp32 = grad.dtype == torch.float32
-
-        def scaled(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-            t = t.to(dtype)
-            return t if unscaled else t.mul_(scale.to(dtype))
-
-        grad_x = grad_w = grad_b = None
-        with torch.autocast(xc.device.type, enabled=False):
-            if ctx.needs_input_grad[0]:
-                grad_x = scaled(linear(grad, wc.t()) if fp32 else torch.mm(grad, wc), x_dtype)
-            if ctx.needs_input_grad[1]:
-                grad_w = scaled(linear(grad.t(), xc.t()) if fp32 else torch.mm(grad.t(), xc), w_dtype)
-            if ctx.needs_input_grad[2]:
-                # A copy: the saved sum must stay as it is for another backward.
-                grad_b = scaled(grad_bias.clone(), b_dtype)
-        return grad_x, grad_w, grad_b, None, None
+def cross_entropy_and_accuracy(logits: torch.Tensor, target: torch.Tensor
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean cross-entropy (in fp32) and accuracy of [n, vocab] logits against [n] targets."""
+    return F.cross_entropy(logits.float(), target), (logits.argmax(-1) == target).float().mean()
 
 
 def masked_lm_loss(inputs: StepInputs) -> ObjectiveOutput:
@@ -204,12 +106,10 @@ def masked_lm_loss(inputs: StepInputs) -> ObjectiveOutput:
     hidden = last.reshape(-1, last.shape[-1]).index_select(0, where)  # [n_selected, hidden]
     target = labels.index_select(0, where)
     head = inputs.heads["mlm"]
-    if isinstance(head, MLMHead):
+    if isinstance(head, MLMHead):  # whose loss an acceleration may compute another way
         loss, accuracy = head.loss_and_accuracy(hidden, target)
-    else:  # a head some plugin supplies under the same name: the plain computation
-        logits = head(hidden)
-        loss = F.cross_entropy(logits.float(), target)
-        accuracy = (logits.argmax(-1) == target).float().mean()
+    else:  # a head some plugin supplies under the same name
+        loss, accuracy = cross_entropy_and_accuracy(head(hidden), target)
     return ObjectiveOutput(loss=loss, metrics={"accuracy": accuracy})
 
 

@@ -51,6 +51,20 @@ def pretextual_register_exporters(register: Callable[[Any], None]) -> None:
 
 
 @hookspec
+def pretextual_on_train_start(trainer: Any) -> None:
+    """Called once on the main process before the first step of a run (after ``--resume``
+    restored its state: ``trainer.step`` is where it goes on from), with the run directory
+    written (config.yaml, tokenizer.json)."""
+
+
+@hookspec
+def pretextual_on_train_end(metrics: dict[str, float], trainer: Any) -> None:
+    """Called once on the main process after the last step and its checkpoint, with the
+    last evaluation's ``metrics`` (empty when nothing was held out). The built-in final
+    export (``trainer.export``) and plot (``trainer.plot``) run on it, the export first."""
+
+
+@hookspec
 def pretextual_on_step_end(step: int, metrics: dict[str, float], trainer: Any) -> None:
     """Called after each logged optimizer step (every ``trainer.log_every`` steps).
 

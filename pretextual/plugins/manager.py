@@ -41,6 +41,8 @@ BUILTIN_PLUGINS = (
     "pretextual.objectives.sop",
     "pretextual.exporters.safetensors",
     "pretextual.exporters.onnx",
+    "pretextual.exporters.export",  # the final export, at the end of training
+    "pretextual.analysis.plot",  # the run's plot, at the end of training
     "pretextual.analysis.tensorboard",  # does nothing unless tensorboard is installed
     "pretextual.evaluation.builtin_tasks",
     "pretextual.evaluation.glue",

@@ -28,7 +28,8 @@ def test_smoke_run_writes_every_comparison(tmp_path):
     assert "python -m benchmarks --smoke" in text
     for row in ("training step, fp32", "training step, bf16 autocast on both sides",
                 "against Hugging Face given pretextual's allocator setting",
-                "pretextual bf16 against Hugging Face fp32", "end to end on the embedded corpus",
+                "the CPU kernels' gain", "the plain model (trainer.cpu_kernels=false)",
+                "end to end on the embedded corpus",
                 "masking, MLM 80/10/10", "masking, whole-word masking",
                 "inference latency, batch 1", "ONNX fused, dynamic int8", "model FLOP utilisation",
                 "model FLOP utilisation ceiling, bf16: the step's matmuls alone",

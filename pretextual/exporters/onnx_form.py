@@ -1,0 +1,56 @@
+"""The encoder in the form onnxruntime's transformer optimizer fuses, for the ONNX export.
+
+The same function as the plain encoder, written as the graph patterns onnxruntime
+recognises: attention as matmul / scale / add mask / softmax / matmul (fused into its
+Attention kernel; ``F.scaled_dot_product_attention`` exports as a pattern it does not
+fuse), and [batch, seq] position ids (what its embedding fusion reads). Applied to a
+copy of the encoder, by class swap, so the trained model is untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from pretextual.core.encoder import BertEmbeddings, BertModel, BertSelfAttention
+
+
+class ExportEmbeddings(BertEmbeddings):
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        positions = positions[None, :].expand_as(input_ids)
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+             + self.token_type_embeddings(token_type_ids))
+        return self.dropout(self.LayerNorm(x))
+
+
+class ExportSelfAttention(BertSelfAttention):
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        b, n, h = x.shape
+        q = self.query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.key(x).view(b, n, self.num_heads, self.head_dim).permute(0, 2, 3, 1)
+        v = self.value(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        scores = torch.matmul(q, k) / math.sqrt(self.head_dim)
+        if attn_mask is not None:
+            scores = scores + attn_mask
+        probs = torch.softmax(scores, dim=-1)
+        return torch.matmul(probs, v).transpose(1, 2).reshape(b, n, h)
+
+
+SWAPS = {BertEmbeddings: ExportEmbeddings, BertSelfAttention: ExportSelfAttention}
+
+
+def export_form(encoder: BertModel) -> BertModel:
+    """An evaluation-mode copy of ``encoder`` whose embeddings and attention are in the
+    fusable form (the accelerated subclasses a training run swapped in included)."""
+    copied = copy.deepcopy(encoder).eval()
+    for module in copied.modules():
+        for plain, form in SWAPS.items():
+            if isinstance(module, plain):
+                module.__class__ = form
+        if isinstance(module, nn.Dropout):  # eval: identity; a plain one exports as nothing
+            module.__class__ = nn.Dropout
+    return copied
