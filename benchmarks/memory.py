@@ -1,5 +1,5 @@
 """Peak memory of ``pretextual prepare`` and of a short ``pretextual train
-data.prepared=...`` on generated corpora of growing size (issue 7): it should not
+data.prepared=...`` on generated corpora of growing size: it should not
 grow with the corpus.
 
     python benchmarks/memory.py                       # 10 MB and 200 MB, in ./runs/memory

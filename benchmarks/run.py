@@ -1,4 +1,4 @@
-"""The benchmark command: every comparison of issue 6, pretextual against Hugging Face.
+"""The benchmark command: every comparison of pretextual against Hugging Face.
 
     python -m benchmarks                 # full run at the reference sizes; writes docs/benchmarks.md
     python -m benchmarks --smoke         # tiny sizes, one round: checks it runs (CI); writes nothing

@@ -25,7 +25,7 @@ from torch import nn
 
 from pretextual.accel import dropout as cpu_dropout
 from pretextual.accel import onednn
-from pretextual.accel.fused_loss import FusedMLMHead
+from pretextual.accel.fused_loss import FusedMLMHead, compute_dtype
 from pretextual.accel.tracing import tracing
 from pretextual.core.encoder import BertEncoder, BertSelfAttention
 from pretextual.objectives.mlm import MLMHead
@@ -38,7 +38,7 @@ class CPUSelfAttention(BertSelfAttention):
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         b, n, h = x.shape
         if attn_mask is not None:
-            attn_mask = attn_mask.to(_compute_dtype(x))
+            attn_mask = attn_mask.to(compute_dtype(x))
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
         qkv = onednn.linear(x, weight, bias).view(b, n, 3, self.num_heads, self.head_dim)
@@ -56,11 +56,6 @@ class CPUEncoder(BertEncoder):
                 and key_mask.device.type == "cpu" and bool(key_mask.all())):
             key_mask = None
         return super().forward(x, key_mask)
-
-
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    device = x.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)

@@ -21,10 +21,10 @@ class FusedMLMHead(MLMHead):
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.transform(hidden)
         return _VocabCrossEntropy.apply(x, self.word_embeddings.weight, self.bias, target,
-                                        _compute_dtype(x))
+                                        compute_dtype(x))
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype a linear layer computes in here: autocast's when it is on."""
     device = x.device.type
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
