@@ -156,8 +156,10 @@ def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int =
     log(f"measuring the tokens per step of {', '.join(mix_label(m) for m in mixes)}")
     per_step, data = {}, None
     for mix in mixes:
-        # Only measured, never trained: nothing is written to its output_dir.
-        cfg = config(mix, f"trainer.max_steps={steps}", f"trainer.output_dir={out / 'runs'}")
+        # Only measured, never trained: nothing is written to its output_dir, whose run
+        # directories (an earlier ablation's) are the ablation's own.
+        cfg = config(mix, f"trainer.max_steps={steps}", f"trainer.output_dir={out / 'runs'}",
+                     "trainer.overwrite_output_dir=true")
         trainer = Trainer(cfg, Plugins.from_config(cfg, strict=strict_plugins), quiet)
         per_step[mix_label(mix)] = tokens_per_step(trainer)
         data = data or _probe_inputs(trainer)

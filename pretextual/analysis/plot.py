@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from pretextual.analysis.metrics import Run, read_run
-from pretextual.core.trainer import RUN_PLOT
+from pretextual.core.run_dir import RUN_PLOT
 from pretextual.errors import PretextualError
 from pretextual.plugins.hookspecs import hookimpl
 

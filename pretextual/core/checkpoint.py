@@ -4,9 +4,10 @@ A checkpoint is a directory ``checkpoints/step-NNNNNNN/`` holding
 ``model.safetensors`` (the PretrainingModel state: ``bert.*`` and
 ``heads.<name>.*``), ``optimizer.safetensors`` (AdamW moments and RNG states)
 and ``trainer.json`` (step, encoder config, objectives, scheduler, param
-groups, and a sha256 of each tensor file). It is written under a temporary
-name and renamed, so a crash mid-write never leaves a corrupt latest
-checkpoint; a corrupt one is detected by its checksums and skipped.
+groups, a sha256 of each tensor file, and one of trainer.json's own content). It
+is written under a temporary name and renamed, so a crash mid-write never leaves a
+corrupt latest checkpoint; a corrupt one (a tensor file or the metadata not matching
+its checksum, a step that is not the directory's) is detected and skipped.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from pretextual.core.files import TEMPORARY_PREFIX, atomic_directory, sha256
+from pretextual.core.files import (TEMPORARY_PREFIX, atomic_directory, sha256,
+                                   write_error_reason)
 from pretextual.core.tokenizer import tokenizer_sha256
 from pretextual.errors import CheckpointError
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+META_CHECKSUM = "meta_sha256"
+"""trainer.json's key for the sha256 of the rest of its content (format 3 on)."""
 MODEL_FILE, OPTIMIZER_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "trainer.json"
 
 
@@ -71,13 +75,28 @@ class Checkpoint:
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The model's tensors by state-dict key, a tied one under each of its keys."""
-        return with_tied(load_file(str(self.path / MODEL_FILE)), self.meta)
+        return with_tied(read_tensors(self.path / MODEL_FILE), self.meta)
 
     def optimizer_tensors(self) -> dict[str, torch.Tensor]:
-        return load_file(str(self.path / OPTIMIZER_FILE))
+        return read_tensors(self.path / OPTIMIZER_FILE)
 
     def optimizer_state(self) -> dict:
         return _unflatten_optimizer(self.optimizer_tensors(), self.meta["param_groups"])
+
+
+def read_tensors(file: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors; CheckpointError names the file when it cannot be read."""
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from None
+
+
+def meta_checksum(meta: dict) -> str:
+    """The sha256 of trainer.json's content without its own checksum, in a canonical form
+    (it detects damage and edits by hand; like every checksum here, not a signature)."""
+    rest = {k: v for k, v in meta.items() if k != META_CHECKSUM}
+    return sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
 
 
 def tied_keys(model: torch.nn.Module) -> dict[str, str]:
@@ -124,10 +143,11 @@ def save_checkpoint(directory: Path, step: int, model_state: dict[str, torch.Ten
             save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(tmp / OPTIMIZER_FILE))
             meta = {**meta, "format": FORMAT_VERSION, "step": step, "param_groups": groups,
                     "tied": tied, "sha256": {f: sha256(tmp / f) for f in (MODEL_FILE, OPTIMIZER_FILE)}}
+            meta[META_CHECKSUM] = meta_checksum(meta)
             (tmp / STATE_FILE).write_text(json.dumps(meta, indent=1))
-    except OSError as exc:  # a full disk or a quota: the earlier checkpoints are untouched
-        raise CheckpointError(f"{final}: cannot write the checkpoint ({exc.strerror}); the earlier "
-                              f"checkpoints in {directory} are kept") from None
+    except (OSError, SafetensorError) as exc:  # a full disk or a quota: earlier checkpoints are untouched
+        raise CheckpointError(f"{final}: cannot write the checkpoint ({write_error_reason(exc)}); "
+                              f"the earlier checkpoints in {directory} are kept") from None
     for old in list_checkpoints(directory)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -157,6 +177,15 @@ def open_checkpoint(path: Path) -> Checkpoint:
         meta = json.loads(state_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{state_file}: corrupt ({exc})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{state_file}: corrupt (not a JSON object)")
+    if meta.get("format", 0) >= 3 and meta.get(META_CHECKSUM) != meta_checksum(meta):
+        raise CheckpointError(f"{state_file}: corrupt (its content does not match its "
+                              f"{META_CHECKSUM}: edited or damaged)")
+    digits = path.name.removeprefix("step-")
+    if digits != path.name and digits.isdigit() and meta.get("step") != int(digits):
+        raise CheckpointError(f"{state_file}: corrupt (step {meta.get('step')!r} in a checkpoint "
+                              f"named {path.name})")
     for name, expected in meta.get("sha256", {}).items():
         file = path / name
         if not file.is_file():

@@ -10,6 +10,7 @@ import ast
 import dataclasses
 import inspect
 import math
+import os
 import textwrap
 from dataclasses import dataclass, field
 from importlib import resources
@@ -125,6 +126,8 @@ class TrainerConfig:
     """Under torchrun, shard parameters, gradients and optimizer state over processes (FSDP2) instead of replicating them (DDP)."""
     nonfinite: str = "stop"
     """On a NaN/inf loss: 'stop' (keep the last good checkpoint and exit with the step and objective) or 'skip' the batch."""
+    max_skipped_steps: int = 10
+    """Under trainer.nonfinite=skip, the most steps in a row that may be skipped; one more stops the run with an error."""
     device: str = "auto"
     """'cpu', 'cuda', 'cuda:N', or 'auto' (cuda when available)."""
     progress: bool = True
@@ -324,8 +327,49 @@ def validate(cfg: DictConfig) -> None:
                           f"model.max_position_embeddings ({m.max_position_embeddings})")
     if t.nonfinite not in ("stop", "skip"):
         raise ConfigError(f"trainer.nonfinite must be 'stop' or 'skip', got {t.nonfinite!r}")
+    if t.max_skipped_steps < 0:
+        raise ConfigError(f"trainer.max_skipped_steps must not be negative, got {t.max_skipped_steps}")
+    _check_fits_in_memory(cfg)
     if not cfg.objectives:
         raise ConfigError(NO_OBJECTIVE)
+
+
+TRAINING_BYTES_PER_PARAMETER = 16
+"""fp32 weights, gradients and AdamW's two moments: what training holds per parameter
+before any activation."""
+
+
+def _memory(device: str) -> tuple[int, str]:
+    """(bytes of memory, its name) where a run on ``device`` keeps its parameters."""
+    import torch
+
+    if device != "cpu" and torch.cuda.is_available():
+        index = int(device.partition(":")[2] or 0)
+        if index < torch.cuda.device_count():
+            return torch.cuda.get_device_properties(index).total_memory, f"cuda:{index}'s"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's"
+
+
+def _check_fits_in_memory(cfg: DictConfig) -> None:
+    """ConfigError naming the model sizes when the encoder and MLM head could not even be
+    trained in the device's memory: an estimate from the sizes, a lower bound (no
+    activations), so it never refuses a model that fits."""
+    m, d = cfg.model, cfg.data
+    sizes = {key: _size(m, key)[0] for key in MODEL_SIZES if key != "intermediate_size"}
+    intermediate = m.intermediate_size or 4 * sizes["hidden_size"]
+    config = preset_config(m.preset, **sizes, intermediate_size=intermediate,
+                           vocab_size=d.vocab_size, max_position_embeddings=m.max_position_embeddings)
+    h = config.hidden_size
+    parameters = config.num_parameters() + h * h + 3 * h + d.vocab_size  # + the MLM head
+    need = parameters * TRAINING_BYTES_PER_PARAMETER
+    have, where = _memory(cfg.trainer.device)
+    if need > have:
+        set_keys = ", ".join(f"model.{k}={m[k]}" for k in MODEL_SIZES if m[k] is not None)
+        raise ConfigError(f"model sizes ({set_keys or f'model.preset={m.preset}'}): about "
+                          f"{parameters / 1e9:.1f} billion parameters need at least "
+                          f"{need / 2**30:,.0f} GiB to train (weights, gradients and AdamW's "
+                          f"moments, {TRAINING_BYTES_PER_PARAMETER} bytes each), more than "
+                          f"{where} {have / 2**30:,.0f} GiB of memory")
 
 
 def _size(model: DictConfig, key: str) -> tuple[int, str]:

@@ -38,6 +38,14 @@ class EncoderConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def num_parameters(self) -> int:
+        """The parameters of a BertModel of these sizes (with its pooler), counted from
+        the sizes alone, before anything is built."""
+        h, i = self.hidden_size, self.intermediate_size
+        embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h + 2 * h
+        layer = 4 * h * h + 2 * h * i + 9 * h + i  # attention, its LayerNorm, feed-forward, LayerNorm
+        return embeddings + self.num_hidden_layers * layer + h * h + h
+
 
 # BERT's published sizes (Devlin et al.; Turc et al. 2019 for the small models):
 # name -> (layers, hidden, heads). Intermediate size is always 4 x hidden.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -24,6 +25,16 @@ def sha256(data: bytes | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def write_error_reason(exc: BaseException) -> str:
+    """Why a write failed, in the system's words ("No space left on device"): an OSError's
+    strerror (its message when it has none), or the OS error a safetensors error carries."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    found = re.search(r"I/O error: (.*?) \(os error \d+\)", text)
+    return found.group(1) if found else text or type(exc).__name__
 
 
 @contextmanager

@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+from safetensors import SafetensorError
 from tokenizers import Tokenizer
 
 from pretextual.core.corpus import (EMBEDDED, Document, corpus_files, corpus_fingerprint,
                                     document_boundary, embedded_corpus, iter_documents, read_corpus)
 from pretextual.core.data import Shard, TokenizedDocuments
-from pretextual.core.files import atomic_path, atomic_write_text, sha256
+from pretextual.core.files import atomic_path, atomic_write_text, sha256, write_error_reason
 from pretextual.core.tokenizer import (TOKENIZER_FILE, load_tokenizer, read_tokenizer,
                                        tokenizer_sha256, train_wordpiece, vocab_of)
 from pretextual.errors import DataError
@@ -59,8 +60,8 @@ def _cache_key(data_cfg) -> str:
 
 def _write_error(path: Path, exc: OSError) -> DataError:
     """The error of a failed write during prepare (a full disk): what is kept, what to do."""
-    return DataError(f"{path}: cannot write ({exc.strerror}); the shards written so far are kept, "
-                     f"run prepare again to resume")
+    return DataError(f"{path}: cannot write ({write_error_reason(exc)}); the shards written so far "
+                     f"are kept, run prepare again to resume")
 
 
 def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None
@@ -94,8 +95,9 @@ def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None
         cache.mkdir(parents=True, exist_ok=True)
         tokenized.save(tokens_file)
         atomic_write_text(tokenizer_file, tokenizer.to_str())
-    except OSError as exc:  # a cache we cannot write only costs time
-        print(f"pretextual: warning: cannot write cache {cache}: {exc}", file=sys.stderr)
+    except (OSError, SafetensorError) as exc:  # a cache we cannot write only costs time
+        print(f"pretextual: warning: cannot write cache {cache} ({write_error_reason(exc)}); the "
+              f"corpus is tokenized again next time", file=sys.stderr)
     return tokenizer, tokenized
 
 
@@ -216,12 +218,20 @@ def _concatenate(parts: list[Shard], ids_dtype: str) -> dict[str, np.ndarray]:
     }
 
 
+class _Writes:
+    """A file that numpy writes through ``write`` in chunks: its fast path (C's fwrite)
+    reports a full disk as "N requested and M written", without the system's reason."""
+
+    def __init__(self, file):
+        self.write = file.write
+
+
 def _save_npy(out: Path, name: str, array: np.ndarray) -> dict:
     """Write one .npy atomically; its entry for the manifest (file, bytes, sha256)."""
     try:
         with atomic_path(out / name) as tmp:
             with open(tmp, "wb") as f:
-                np.save(f, array, allow_pickle=False)
+                np.save(_Writes(f), array, allow_pickle=False)
             entry = {"file": name, "bytes": tmp.stat().st_size, "sha256": sha256(tmp)}
     except OSError as exc:
         raise _write_error(out / name, exc) from None

@@ -4,17 +4,13 @@ process, or many under torchrun with DistributedDataParallel."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tokenizers import Tokenizer
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
@@ -22,32 +18,28 @@ from tqdm import tqdm
 
 import pretextual
 from pretextual.accel import accelerate
-from pretextual.core.checkpoint import (STATE_FILE, check_tokenizer, latest_checkpoint,
-                                        list_checkpoints, remove_partial_checkpoints,
-                                        save_checkpoint, tied_keys)
-from pretextual.core.config import MODEL_SIZES, config_changes, to_yaml
-from pretextual.core.data import MIN_SPLIT_DOCUMENTS, Batches, full_sentences, split_documents
 from pretextual.core import distributed as dist_utils
+from pretextual.core.checkpoint import (check_tokenizer, latest_checkpoint, list_checkpoints,
+                                        remove_partial_checkpoints, save_checkpoint, tied_keys)
+from pretextual.core.config import MODEL_SIZES, config_changes, to_yaml
+from pretextual.core.data import Batches
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
 from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objectives,
                                  resolved_objectives)
-from pretextual.core.prepare import tokenized_corpus
-from pretextual.core.tokenizer import (TOKENIZER_FILE, has_word_boundaries, read_tokenizer,
-                                       tokenizer_sha256, vocab_of)
-from pretextual.errors import (CheckpointError, ConfigError, DataError, PluginRunError,
-                               PretextualError, TrainingError)
+from pretextual.core.optim import adamw, decay_groups, linear_schedule
+from pretextual.core.run_data import run_corpus, split_batches
+from pretextual.core.run_dir import RunDirectory
+from pretextual.core.step import MixForward, NonFinite, next_batch
+from pretextual.core.tokenizer import TOKENIZER_FILE, has_word_boundaries, tokenizer_sha256, vocab_of
+from pretextual.errors import CheckpointError, ConfigError, TrainingError
 from pretextual.plugins.api import BuildContext
 from pretextual.plugins.manager import Plugins
 
-EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed stream
 # Full (unsharded) state on the CPU: checkpoints do not depend on how the model was split.
 # Not strict: a parameter no objective uses (the pooler under MLM alone) has no optimizer state.
 FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True, strict=False)
-# What a run writes in its directory, which trainer.overwrite_output_dir deletes (the
-# tensorboard plugin hides an earlier run's events itself).
-RUN_PLOT = "metrics.png"
-"""The plot of the run's metrics (drawn at the end by the built-in plot plugin)."""
-RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "export", RUN_PLOT)
+DEVICE_WORKERS = 4
+"""DataLoader workers of a run on a GPU when data.num_workers is unset."""
 
 
 def encoder_config(cfg: DictConfig, vocab_size: int, pad_token_id: int) -> EncoderConfig:
@@ -63,47 +55,6 @@ def encoder_config(cfg: DictConfig, vocab_size: int, pad_token_id: int) -> Encod
                          max_position_embeddings=m.max_position_embeddings, **overrides)
 
 
-def _decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    # BERT excludes biases and LayerNorm weights from weight decay.
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def _check_output_dir(out: Path) -> None:
-    """Raise ConfigError naming trainer.output_dir when the run directory cannot be
-    made: a part of the path is a file, or the nearest existing folder is not writable."""
-    for part in (out, *out.parents):
-        if part.exists():
-            if not part.is_dir():
-                raise ConfigError(f"trainer.output_dir={out}: {part} exists and is not a directory")
-            if not os.access(part, os.W_OK | os.X_OK):
-                raise ConfigError(f"trainer.output_dir={out}: {part} is not writable")
-            return
-
-
-def _resumed_tokenizer(out: Path) -> Tokenizer | None:
-    """The tokenizer of the run to resume in ``out`` (its tokenizer.json), checked against
-    its newest checkpoint before any text is tokenized with it; None when it has no
-    checkpoint (the run then starts from scratch)."""
-    checkpoints = list_checkpoints(out / "checkpoints")
-    if not checkpoints:
-        return None
-    file = out / TOKENIZER_FILE
-    if not file.is_file():
-        raise CheckpointError(f"{file}: missing; a run resumes with the tokenizer it was "
-                              f"trained with")
-    tokenizer = read_tokenizer(file)
-    vocab_of(tokenizer, str(file))  # DataError naming the file when a special token is missing
-    try:  # the full verification is resume()'s; this only reads what the checkpoint recorded
-        meta = json.loads((checkpoints[-1] / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        meta = {}
-    check_tokenizer(checkpoints[-1], meta, tokenizer, file)
-    return tokenizer
-
-
 def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
     """The exporter names of trainer.export, each registered (else one ConfigError line)."""
     names = list(dict.fromkeys(f.strip() for f in (formats or "").split(",") if f.strip()))
@@ -114,84 +65,14 @@ def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
     return names
 
 
-DEVICE_WORKERS = 4
-"""DataLoader workers of a run on a GPU when data.num_workers is unset."""
-
-
-def _adamw(groups, device: torch.device, **settings) -> torch.optim.AdamW:
-    """AdamW, fused (one kernel for all parameters; on the CPU about 7x faster than the
-    default foreach implementation) where torch has it for ``device``, else torch's default."""
-    try:
-        return torch.optim.AdamW(groups, fused=True, **settings)
-    except RuntimeError:  # no fused kernel for this device or dtype
-        return torch.optim.AdamW(groups, **settings)
-
-
-class _MixForward(torch.nn.Module):
-    """The whole forward of a step (encoder, heads, objectives) as one module, so
-    DistributedDataParallel can wrap it and synchronise gradients in backward."""
-
-    def __init__(self, model: PretrainingModel, mix: ObjectiveMix):
-        super().__init__()
-        self.model, self.mix = model, mix
-
-    def forward(self, batch, step: int):
-        return self.mix.loss(self.model, batch, step)
-
-
-def _next_batch(loader):
-    """The loader's next batch. One of pretextual's errors raised in a DataLoader worker
-    comes back as torch re-raises it, its message the worker's whole traceback: raised
-    again here as its last line, the error's own message."""
-    try:
-        return next(loader)
-    except PretextualError as exc:
-        text = str(exc)
-        if not text.startswith("Caught "):
-            raise
-        last = text.strip().splitlines()[-1]
-        raise type(exc)(last.split(": ", 1)[1] if ": " in last else last) from None
-
-
-class _NonFinite:
-    """The first step whose losses were not finite since the last read, kept on the device
-    (recording costs no synchronisation), with the names of the losses that were not."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.keys = device, None
-        self.clear()
-
-    def clear(self) -> None:
-        self.step = torch.tensor(-1, device=self.device)
-        self.bad = None
-
-    def record(self, step: int, logs: dict[str, torch.Tensor]) -> None:
-        if self.keys is None:
-            self.keys = [k for k in sorted(logs) if k == "loss" or k.startswith("loss/")]
-        bad = torch.stack([~torch.isfinite(torch.as_tensor(logs[k], device=self.device)).any()
-                           for k in self.keys])
-        first = (self.step < 0) & bad.any()
-        self.step = torch.where(first, step, self.step)
-        self.bad = bad if self.bad is None else torch.where(first, bad, self.bad)
-
-    def first(self, world) -> tuple[int | None, list[str]]:
-        """(the first non-finite step on any process, its non-finite losses) or (None, [])."""
-        step, bad = dist_utils.first_flagged(self.step, self.bad, world)
-        if step < 0:
-            return None, []
-        return step, [k for k, b in zip(self.keys, bad) if b and k != "loss"]
-
-
-def _documents(n: int) -> str:
-    return f"{n} document{'' if n == 1 else 's'}"
-
-
 class Trainer:
     """One training run, set up from a resolved config.
 
     ``resume``: continue the run in trainer.output_dir from its newest checkpoint, with
-    the tokenizer it was trained with. Without it a directory holding checkpoints is an
-    error, unless trainer.overwrite_output_dir is set (they are then deleted)."""
+    the tokenizer it was trained with. Without it a directory holding checkpoints, an
+    export or files that are not a run's is an error, unless trainer.overwrite_output_dir
+    is set (the earlier run's outputs are then deleted). train() holds the directory
+    while it runs: a second process training there gets an error."""
 
     def __init__(self, cfg: DictConfig, plugins: Plugins | None = None, log=print,
                  resume: bool = False):
@@ -200,62 +81,28 @@ class Trainer:
         self.world = dist_utils.init_world(self.device)
         self.log = log if self.world.is_main else (lambda *_: None)
         self.plugins = plugins or Plugins.from_config(cfg)
-        self.out = Path(cfg.trainer.output_dir)
+        self.run_dir = RunDirectory(cfg.trainer.output_dir, self.world.is_main, self.log)
+        self.out = self.run_dir.path
         # Checked before any tokenizing or training, so a typo does not cost the run.
-        _check_output_dir(self.out)
+        self.run_dir.check_writable()
+        self.run_dir.check_free()
         self.export_formats = _export_formats(cfg.trainer.export, self.plugins)
         objectives = check_objectives(cfg.objectives, self.plugins)
         cfg.objectives = resolved_objectives(objectives)  # config.yaml records every option
         self.resuming = resume
-        if not (resume and list_checkpoints(self.out / "checkpoints")):
+        if not (resume and list_checkpoints(self.run_dir.checkpoints)):
             self._check_fresh_run_dir()
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
-        self.tokenizer, docs = self._tokenized_corpus()
-        too_long = docs.sentences_longer_than(cfg.data.max_seq_length - 2)
-        if too_long:
-            self.log(f"note: {too_long} sentences of {cfg.data.prepared or cfg.data.corpus} are longer "
-                     f"than the {cfg.data.max_seq_length - 2} tokens that data.max_seq_length="
-                     f"{cfg.data.max_seq_length} leaves beside [CLS] and [SEP]; they are split into pieces")
+        required = self.run_dir.resumed_tokenizer() if self.world.is_main and resume else None
+        self.tokenizer, docs = run_corpus(cfg.data, self.world, self.device, self.log, required,
+                                          str(self.out / TOKENIZER_FILE))
         self.vocab = vocab_of(self.tokenizer)  # every tokenizer read from a file was checked there
         self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
                                has_word_boundaries(self.tokenizer))
         self.mix = ObjectiveMix(objectives, context)
-
-        train_docs, eval_docs = split_documents(docs, cfg.data.eval_fraction)
-        self._log_split(len(docs), len(eval_docs))
-        builder = self.mix.example_builder or full_sentences(cfg.data.max_seq_length, self.vocab)
-        seed = cfg.trainer.seed
-        self.train_batches = Batches(train_docs, builder, self.mix.batch_transform, self.vocab,
-                                     cfg.data.batch_size, seed)
-        self.eval_batches = Batches(eval_docs, builder, self.mix.batch_transform, self.vocab,
-                                    cfg.data.batch_size, seed + EVAL_SEED_OFFSET,
-                                    drop_last=False) if len(eval_docs) else None
-        # Build the first epochs now, so bad data fails before any step, naming the split;
-        # then the first batch of each split, so a plugin's builder or transform that
-        # breaks the batch fails here too.
-        splits = [(self.train_batches, f"the training split: {_documents(len(train_docs))}")]
-        if self.eval_batches is not None:
-            splits.append((self.eval_batches, f"the held-out split: {_documents(len(eval_docs))}, "
-                                              f"data.eval_fraction={cfg.data.eval_fraction}"))
-        for batches, split in splits:
-            try:
-                # locate(0) raises for a training epoch shorter than one batch
-                found = batches.locate(0) if batches is self.train_batches else batches.available(1)
-            except ValueError as exc:
-                raise DataError(f"data.corpus: too little text for data.batch_size="
-                                f"{cfg.data.batch_size} ({split}): {exc}") from None
-            except DataError as exc:
-                raise DataError(f"{exc} ({split})") from None
-            try:
-                if found:
-                    batches[0]
-            except ValueError as exc:  # collate: a plugin's examples of another layout than a batch's
-                if self.mix.example_builder is None:
-                    raise
-                raise PluginRunError(f"objectives.{self.mix.example_builder.name}: example_builder "
-                                     f"made examples that do not make a batch ({split}): {exc}") from None
-
+        self.train_batches, self.eval_batches = split_batches(docs, cfg.data, self.mix, self.vocab,
+                                                              cfg.trainer.seed, self.log)
         self.task_probes = None
         if cfg.trainer.eval_tasks:  # loaded and checked now: a bad task file fails before training
             from pretextual.evaluation.probing import TaskProbes, probes_available
@@ -266,11 +113,11 @@ class Trainer:
                 self.log("warning: trainer.eval_tasks needs scikit-learn (pip install "
                          "'pretextual[eval]'); this run probes no downstream task")
 
-        torch.manual_seed(seed)
+        torch.manual_seed(cfg.trainer.seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
         self.accelerations = accelerate(self.model, self.model.bert, self.device.type,
                                         cfg.trainer.compile, cfg.trainer.cpu_kernels, self.log)
-        self.forward = _MixForward(self.model, self.mix)
+        self.forward = MixForward(self.model, self.mix)
         if cfg.trainer.fsdp and self.world.enabled:
             # FSDP2: each layer's parameters, gradients and optimizer state sharded over ranks.
             from torch.distributed.fsdp import fully_shard
@@ -284,47 +131,32 @@ class Trainer:
                 self.forward, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 find_unused_parameters=self._has_unused_parameters())
         t = cfg.trainer
-        self.optimizer = _adamw(_decay_groups(self.model, t.weight_decay), self.device, lr=t.lr,
-                                betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
+        self.optimizer = adamw(decay_groups(self.model, t.weight_decay), lr=t.lr,
+                               betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
+        self._lr_factor = linear_schedule(t.warmup_steps, t.max_steps)
+        if t.warmup_steps > t.max_steps:
+            self.log(f"warning: trainer.warmup_steps={t.warmup_steps} is more than trainer.max_steps="
+                     f"{t.max_steps}: the learning rate rises for the whole run and peaks at "
+                     f"{t.max_steps / t.warmup_steps:.0%} of trainer.lr (lower trainer.warmup_steps)")
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self._eval_loader = None
         self.step = 0
+        self.updates = 0  # optimizer steps made (a skipped batch makes none)
         self.start_step = 0  # the step train() started from: 0, or the resumed checkpoint's
         # "time" in metrics.jsonl: seconds since the run started, continued across resumes.
         self._started, self._time_offset = time.perf_counter(), 0.0
 
-    def _log_split(self, documents: int, held_out: int) -> None:
-        """Say when the held-out split is empty or far larger than data.eval_fraction asks."""
-        fraction = self.cfg.data.eval_fraction
-        if fraction > 0 and held_out == 0:
-            self.log(f"warning: no held-out split, so no evaluation: the corpus has "
-                     f"{_documents(documents)}, and a split keeps at least "
-                     f"{MIN_SPLIT_DOCUMENTS} on each side (in a text file a blank line ends a "
-                     f"document)")
-        elif held_out > max(2 * fraction * documents, 1):
-            self.log(f"note: {held_out} of the corpus's {documents} documents are held out for "
-                     f"evaluation ({held_out / documents:.0%}; data.eval_fraction={fraction}), "
-                     f"the fewest a split keeps")
-
-    def _lr_factor(self, step: int) -> float:
-        t = self.cfg.trainer
-        if step < t.warmup_steps:
-            return (step + 1) / t.warmup_steps
-        return max(0.0, (t.max_steps - step) / max(1, t.max_steps - t.warmup_steps))
-
     def _check_fresh_run_dir(self) -> None:
         """A new run must not mix with an earlier one's checkpoints (rotation would keep
-        theirs and delete its own) nor replace its export: ConfigError unless
-        trainer.overwrite_output_dir."""
-        earlier = list_checkpoints(self.out / "checkpoints")
-        export = self.out / "export"
-        what = (f"the checkpoints of an earlier run (newest {earlier[-1].name})" if earlier else
-                "an earlier run's export/" if export.is_dir() and any(export.iterdir()) else "")
+        theirs and delete its own), replace its export, or write into a directory of files
+        that are not a run's: ConfigError unless trainer.overwrite_output_dir."""
+        what = self.run_dir.earlier_run() if self.world.is_main else ""
         if dist_utils.any_over_ranks(bool(what), self.world, self.device) \
                 and not self.cfg.trainer.overwrite_output_dir:
             raise ConfigError(f"trainer.output_dir={self.out}: holds {what or 'an earlier run'}; "
-                              f"continue it with --resume, or set "
-                              f"trainer.overwrite_output_dir=true to delete it and start afresh")
+                              f"continue it with --resume, choose another trainer.output_dir, or "
+                              f"set trainer.overwrite_output_dir=true to delete the earlier run's "
+                              f"outputs and start afresh")
 
     def _has_unused_parameters(self) -> bool:
         """Whether a step leaves some parameter without a gradient: one forward and backward
@@ -337,28 +169,6 @@ class Trainer:
         unused = any(p.grad is None for p in self.model.parameters() if p.requires_grad)
         self.model.zero_grad(set_to_none=True)
         return dist_utils.any_over_ranks(unused, self.world, self.device)
-
-    def _tokenized_corpus(self):
-        """The run's tokenizer and documents. The main process tokenizes (training the
-        tokenizer, whose ties tokenizers breaks differently in each process, unless the run
-        resumes with its own) and fills the cache; the others tokenize with its tokenizer,
-        from the cache when it holds that one."""
-        cfg, main = self.cfg, self.world.is_main
-        required, source = None, ""
-        if main and self.resuming:
-            required, source = _resumed_tokenizer(self.out), f"{self.out / TOKENIZER_FILE}"
-        if main:
-            tokenizer, docs = tokenized_corpus(cfg.data, log=self.log, tokenizer=required)
-        text = dist_utils.broadcast_text(tokenizer.to_str() if main else None, self.world,
-                                          self.device)
-        if not main:
-            required, source = Tokenizer.from_str(text), "the main process's"
-            tokenizer, docs = tokenized_corpus(cfg.data, log=self.log, tokenizer=required)
-        if required is not None and tokenizer_sha256(tokenizer) != tokenizer_sha256(required):
-            # only a prepared corpus comes with a tokenizer of its own
-            raise DataError(f"data.prepared: {cfg.data.prepared} was prepared with another "
-                            f"tokenizer than {source}")
-        return tokenizer, docs
 
     @property
     def global_batch_size(self) -> int:
@@ -374,17 +184,28 @@ class Trainer:
                 "scheduler_last_epoch": self.scheduler.last_epoch,
                 "world_size": self.world.world_size,
                 "tokenizer_sha256": tokenizer_sha256(self.tokenizer),
+                "updates": self.updates,
                 "config": OmegaConf.to_container(self.cfg)}
 
-    def save(self) -> Path:
-        """Write a checkpoint (the main process writes; every process takes part)."""
+    def save(self) -> Path | None:
+        """Write a checkpoint (the main process writes; every process takes part). None,
+        with a warning, while every step so far was skipped: untrained weights are never
+        labelled with a step."""
+        if self.updates == 0:
+            if self.step >= self.cfg.trainer.max_steps or self.should_stop:
+                raise TrainingError(f"step {self.step}: every step of the run was skipped "
+                                    f"(non-finite losses, trainer.nonfinite=skip); no checkpoint "
+                                    f"of the untrained weights is written")
+            self.log(f"warning: step {self.step}: no checkpoint written, every step so far was "
+                     f"skipped (trainer.nonfinite=skip)")
+            return None
         rng = {f"torch.{r}": s for r, s in
                enumerate(dist_utils.gather_rng_states(self.world, self.device))}
         model_state = get_model_state_dict(self.model, options=FULL_STATE)
         optimizer_state = get_optimizer_state_dict(self.model, self.optimizer, options=FULL_STATE)
-        path = self.out / "checkpoints" / f"step-{self.step:07d}"
+        path = self.run_dir.checkpoints / f"step-{self.step:07d}"
         if self.world.is_main:
-            path = save_checkpoint(self.out / "checkpoints", self.step, model_state, optimizer_state,
+            path = save_checkpoint(self.run_dir.checkpoints, self.step, model_state, optimizer_state,
                                    self._meta(), rng, self.cfg.trainer.keep_checkpoints,
                                    tied_keys(self.model))
             self.plugins.hook.pretextual_on_checkpoint(step=self.step, path=str(path), trainer=self)
@@ -394,12 +215,12 @@ class Trainer:
     def resume(self) -> bool:
         """Restore the newest good checkpoint of the run directory; False when there is none."""
         if self.world.is_main:
-            remove_partial_checkpoints(self.out / "checkpoints")
-        ckpt = latest_checkpoint(self.out / "checkpoints")
+            remove_partial_checkpoints(self.run_dir.checkpoints)
+        ckpt = latest_checkpoint(self.run_dir.checkpoints)
         if ckpt is None:
-            found = list_checkpoints(self.out / "checkpoints")
+            found = list_checkpoints(self.run_dir.checkpoints)
             if found:  # never start over on top of them: they may be repairable
-                raise CheckpointError(f"{self.out / 'checkpoints'}: none of its {len(found)} "
+                raise CheckpointError(f"{self.run_dir.checkpoints}: none of its {len(found)} "
                                       f"checkpoints verifies (see the warnings above); nothing "
                                       f"was deleted")
             return False
@@ -430,6 +251,7 @@ class Trainer:
         else:  # a new rank after a change of world size: a fresh, seeded dropout stream
             torch.manual_seed(self.cfg.trainer.seed + 7919 * self.world.rank + ckpt.step)
         self.step = ckpt.step
+        self.updates = int(ckpt.meta.get("updates", ckpt.step))
         self.log(f"resumed from {ckpt.path} at step {self.step}")
         saved = ckpt.meta.get("config", {})
         changes = config_changes(saved, self.cfg)
@@ -478,33 +300,7 @@ class Trainer:
 
     def _write_metrics(self, record: dict) -> None:
         record["time"] = round(self._time_offset + time.perf_counter() - self._started, 3)
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-    def _start_run_dir(self, resumed: bool) -> None:
-        if not self.world.is_main:
-            return
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"trainer.output_dir={self.out}: cannot create it ({exc.strerror})") from None
-        if not resumed and self.cfg.trainer.overwrite_output_dir:
-            for name in RUN_OUTPUTS:
-                path = self.out / name
-                if path.is_dir():
-                    shutil.rmtree(path)
-                elif path.exists():
-                    path.unlink()
-        (self.out / "config.yaml").write_text(to_yaml(self.cfg))
-        (self.out / TOKENIZER_FILE).write_text(self.tokenizer.to_str())
-        metrics = self.out / "metrics.jsonl"
-        if not resumed and metrics.exists():  # a run that never wrote a checkpoint
-            metrics.unlink()
-        elif resumed and metrics.exists():  # drop lines logged after the checkpoint we resume from
-            lines = [l for l in metrics.read_text().splitlines()
-                     if json.loads(l).get("step", 0) <= self.step]
-            metrics.write_text("".join(l + "\n" for l in lines))
-            self._time_offset = max((json.loads(l).get("time", 0.0) for l in lines), default=0.0)
+        self.run_dir.append_metrics(record)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -522,7 +318,7 @@ class Trainer:
             self._eval_loader = self.loader(self.eval_batches, range(n))
         loader = iter(self._eval_loader)
         for _ in range(n):
-            batch = _next_batch(loader)
+            batch = next_batch(loader)
             rows = batch["input_ids"].shape[0]
             with self._autocast():  # through the wrapper: FSDP must gather the sharded weights
                 total, logs = self.forward(self._to_device(batch), self.step)
@@ -545,7 +341,7 @@ class Trainer:
         logs_sum: dict[str, torch.Tensor] = {}
         tokens = 0
         for a in range(accum):
-            batch = _next_batch(loader)
+            batch = next_batch(loader)
             tokens += int(batch["attention_mask"].sum())  # on the host: no device sync
             batch = self._to_device(batch)
             # Synchronise gradients across processes only on the last micro-batch of the step.
@@ -558,18 +354,30 @@ class Trainer:
         return logs_sum, tokens
 
     def train(self) -> dict[str, float]:
-        """Train to trainer.max_steps; returns the last evaluation's metrics."""
+        """Train to trainer.max_steps; returns the last evaluation's metrics. The run
+        directory is held from the start to the end, however it ends."""
+        self.run_dir.claim()
+        try:
+            return self._train()
+        finally:
+            self.run_dir.release()
+
+    def _train(self) -> dict[str, float]:
         t = self.cfg.trainer
+        if not (self.resuming and list_checkpoints(self.run_dir.checkpoints)):
+            self._check_fresh_run_dir()  # again, now that no other run can write there
         resumed = self.resume() if self.resuming else False
         if self.resuming and not resumed:
-            self.log(f"no checkpoint in {self.out / 'checkpoints'}; starting from scratch")
+            self.log(f"no checkpoint in {self.run_dir.checkpoints}; starting from scratch")
         if resumed and self.step >= t.max_steps:  # the run directory stays as it is
             self.log(f"nothing to train: the checkpoint is at step {self.step} and "
                      f"trainer.max_steps={t.max_steps} (raise trainer.max_steps to train on; "
                      f"`pretextual export` exports it)")
             return {}
         self.start_step = self.step
-        self._start_run_dir(resumed)
+        self._time_offset = self.run_dir.start(to_yaml(self.cfg), self.tokenizer,
+                                               self.cfg.trainer.overwrite_output_dir,
+                                               self.step if resumed else None)
         weights = ", ".join(f"{n} (weight {w:g})" for n, w in self.mix.weights(self.step).items())
         self.log(f"objectives: {weights} | encoder {count_parameters(self.model.bert):,} parameters "
                  f"| global batch {self.global_batch_size} = {self.cfg.data.batch_size} x "
@@ -589,7 +397,8 @@ class Trainer:
                    disable=not (t.progress and self.world.is_main))
         last_eval: dict[str, float] = {}
         tokens_seen, clock = 0, time.perf_counter()
-        watch = _NonFinite(self.device)
+        watch = NonFinite(self.device)
+        skipped_in_a_row = 0
         while self.step < t.max_steps and not self.should_stop:
             logs, tokens = self._micro_steps(loader)
             step = self.step + 1
@@ -607,11 +416,17 @@ class Trainer:
                 if bad_step is not None:
                     message = f"step {bad_step}: non-finite loss in {', '.join(bad) or 'loss'}"
                     if t.nonfinite == "stop":
-                        kept = list_checkpoints(self.out / "checkpoints")
+                        kept = list_checkpoints(self.run_dir.checkpoints)
                         raise TrainingError(f"{message}; stopped, "
                                             + (f"the last good checkpoint {kept[-1]} is kept" if kept
                                                else "no checkpoint had been written yet")
                                             + " (trainer.nonfinite=skip skips such batches)")
+                    skipped_in_a_row += 1
+                    if skipped_in_a_row > t.max_skipped_steps:
+                        raise TrainingError(f"{message}; stopped after {skipped_in_a_row} skipped "
+                                            f"steps in a row (trainer.max_skipped_steps="
+                                            f"{t.max_skipped_steps}): the losses do not recover; "
+                                            f"lower trainer.lr or check the data")
                     self.log(f"warning: {message}; batch skipped (trainer.nonfinite=skip)")
                     watch.clear()
                     skipped = True
@@ -622,6 +437,8 @@ class Trainer:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
+                self.updates += 1
+                skipped_in_a_row = 0
             lr = self.scheduler.get_last_lr()[0]
             self.scheduler.step()
             weights = self.mix.weights(self.step)
@@ -674,4 +491,4 @@ class Trainer:
     @property
     def final_checkpoint(self) -> Path:
         """The directory of the checkpoint at the current step."""
-        return self.out / "checkpoints" / f"step-{self.step:07d}"
+        return self.run_dir.checkpoints / f"step-{self.step:07d}"

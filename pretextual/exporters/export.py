@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pretextual.core.files import atomic_directory
-from pretextual.errors import PluginError, PretextualError, plugin_call
+from safetensors import SafetensorError
+
+from pretextual.core.files import atomic_directory, write_error_reason
+from pretextual.errors import PluginError, PluginRunError, PretextualError, plugin_call
 from pretextual.exporters.hf import architecture, config_json, hf_counterpart, tokenizer_files
 from pretextual.exporters.load import CONFIG_FILE
 from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
@@ -78,6 +80,23 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
     options = ExportOptions(with_heads=with_heads, quantize=quantize)
     report = ExportReport(out_dir, ckpt.path, ckpt.step, model.metadata["objectives"])
 
+    try:
+        _write_export(out_dir, model, specs, options, with_heads, report, ckpt)
+    except (OSError, SafetensorError, PluginRunError) as exc:
+        # a full disk, in pretextual's code or under an exporter: the export directory is as it was
+        cause = exc.__cause__ if isinstance(exc, PluginRunError) else exc
+        if not isinstance(cause, (OSError, SafetensorError)):
+            raise
+        raise PretextualError(f"{out_dir}: cannot write the export ({write_error_reason(cause)}); "
+                              f"nothing there was replaced") from None
+    for line in report.lines():
+        log(line)
+    return report
+
+
+def _write_export(out_dir: Path, model: ExportedModel, specs: list[ExporterSpec],
+                  options: ExportOptions, with_heads: bool, report: ExportReport, ckpt) -> None:
+    """Build the export next to ``out_dir`` and rename it there once every format is written."""
     with ExitStack() as stack:
         tmp = _build_directory(out_dir, stack)
         written = set(write_common_files(model, tmp, with_heads))
@@ -105,9 +124,6 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
                                 for n, s in report.summaries.items()}}
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
         _apply_umask(tmp)
-    for line in report.lines():
-        log(line)
-    return report
 
 
 @hookimpl(tryfirst=True)

@@ -9,12 +9,13 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from pretextual.core.checkpoint import read_tensors
 from pretextual.core.encoder import EncoderConfig
 from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer
 from pretextual.errors import CheckpointError
 from pretextual.exporters.hf import (ENCODER_PREFIX, HF_HEADS, TOKENIZER_CONFIG_FILE,
                                    encoder_config_from_json)
-from pretextual.exporters.source import build_encoder, read_tensors
+from pretextual.exporters.source import build_encoder
 from pretextual.plugins.api import ExportedModel
 
 CONFIG_FILE = "config.json"

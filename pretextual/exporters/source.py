@@ -5,13 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
 import pretextual
 from pretextual.core.checkpoint import (MODEL_FILE, STATE_FILE, Checkpoint, check_tokenizer,
-                                        list_checkpoints, open_checkpoint, with_tied)
+                                        list_checkpoints, open_checkpoint)
 from pretextual.core.encoder import BertModel, EncoderConfig
 from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer, vocab_of
 from pretextual.errors import CheckpointError
@@ -35,14 +33,6 @@ def find_checkpoint(path: str | Path) -> Checkpoint:
         return open_checkpoint(found[-1])
     raise CheckpointError(f"{path}: not a run directory or checkpoint (no {STATE_FILE}, "
                           f"no checkpoints/)")
-
-
-def read_tensors(file: Path) -> dict[str, torch.Tensor]:
-    """A safetensors file's tensors; CheckpointError names the file when it cannot be read."""
-    try:
-        return load_file(str(file))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from None
 
 
 def build_encoder(config: EncoderConfig, state: dict[str, torch.Tensor], file: Path,
@@ -69,7 +59,7 @@ def load_checkpoint_model(ckpt: Checkpoint) -> ExportedModel:
         config = EncoderConfig(**ckpt.meta["encoder_config"])
     except (KeyError, TypeError) as exc:
         raise CheckpointError(f"{ckpt.path / STATE_FILE}: no valid encoder_config ({exc})") from None
-    tensors = with_tied(read_tensors(model_file), ckpt.meta)
+    tensors = ckpt.model_state()
     encoder_state = {k[len("bert."):]: v for k, v in tensors.items() if k.startswith("bert.")}
     heads: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():

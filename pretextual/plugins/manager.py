@@ -98,7 +98,7 @@ class Plugins:
             self._load_module(module, module.rsplit(".", 1)[1], "pretextual")
         self._load_entry_points()
         for module in extra_modules:
-            self._load_module(module, module, _distribution_of(module))
+            self._load_module(module, module, _distribution_of(module), named=True)
 
     @classmethod
     def from_config(cls, cfg: Any, strict: bool = False) -> "Plugins":
@@ -115,11 +115,16 @@ class Plugins:
             raise PluginError(message)
         print(f"pretextual: warning: {message}; {consequence}", file=sys.stderr)
 
-    def _load_module(self, module: str, name: str, package: str) -> None:
+    def _load_module(self, module: str, name: str, package: str, named: bool = False) -> None:
+        """Import and register ``module``. ``named``: the user named it (plugins.modules),
+        so failing to import it is an error, not a plugin skipped."""
         info = PluginInfo(name, package, _version(package))
         try:
             obj = importlib.import_module(module)
         except Exception as exc:  # pluggy does not catch these; one broken plugin must not stop us
+            if named:
+                raise PluginError(f"plugins.modules: {module!r} failed to import: "
+                                  f"{_describe(exc)}") from None
             self._fail(f"{info.label()} failed to import: {_describe(exc)}")
             return
         self._add(obj, info)

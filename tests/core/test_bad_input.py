@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -218,6 +219,57 @@ def test_a_full_disk_is_one_clear_line(saved, corpus_file, cache_dir, monkeypatc
                      f"{out / 'checkpoints'} are kept")
 
 
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """small_filesystem(megabytes): a real filesystem that size (a tmpfs mount), where
+    this machine lets the test mount one."""
+    mounts = []
+
+    def make(megabytes: float) -> Path:
+        where = tmp_path / f"small-{len(mounts)}"
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(megabytes * 1024)}k",
+                               "tmpfs", str(where)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or 'not permitted'}")
+        mounts.append(where)
+        return where
+
+    yield make
+    for where in mounts:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_real_full_disk_while_checkpointing_keeps_the_earlier_checkpoint(
+        corpus_file, cache_dir, small_filesystem, capsys):
+    # A checkpoint of this model is about 6.5 MB: the first fits in 10 MB, the second does not.
+    out = small_filesystem(10) / "run"
+    status, error = run(capsys, "train", "roberta", *tiny_overrides(corpus_file, cache_dir, out, 2),
+                        "trainer.checkpoint_every=1")
+    assert status == 2
+    assert error == (f"pretextual: error: {out / 'checkpoints' / 'step-0000002'}: cannot write the "
+                     f"checkpoint (No space left on device); the earlier checkpoints in "
+                     f"{out / 'checkpoints'} are kept")
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-0000001"]
+    assert open_checkpoint(out / "checkpoints" / "step-0000001").step == 1
+
+
+def test_a_real_full_disk_during_export_and_prepare_is_one_line(trained, corpus_file, small_filesystem,
+                                                                capsys):
+    small = small_filesystem(1)
+    status, error = run(capsys, "export", trained, "--out", small / "export", "--format", "safetensors")
+    assert status == 2 and error == (f"pretextual: error: {small / 'export'}: cannot write the export "
+                                     f"(No space left on device); nothing there was replaced")
+    assert list(small.iterdir()) == []
+
+    tiny = small_filesystem(16 / 1024)  # 16 KB: the tokenizer and the first array do not both fit
+    status, error = run(capsys, "prepare", corpus_file, "--out", tiny / "prepared", "--vocab-size",
+                        "300", "--workers", "1")
+    assert status == 2 and re.fullmatch(
+        rf"pretextual: error: {re.escape(str(tiny / 'prepared'))}/\S+: cannot write \(No space left "
+        rf"on device\); the shards written so far are kept, run prepare again to resume", error), error
+
+
 def test_a_full_disk_during_prepare_keeps_finished_shards(corpus_file, tmp_path, monkeypatch, capsys):
     out = tmp_path / "prepared"
     args = ("prepare", corpus_file, "--out", out, "--shard-mb", "0.005", "--vocab-size", "300",
@@ -267,6 +319,41 @@ def test_a_corrupt_checkpoint_header_falls_back_to_the_one_before(saved, corpus_
     assert (f"pretextual: warning: skipping checkpoint: {model}: corrupt (sha256 does not match "
             f"trainer.json)") in captured.err
     assert f"resumed from {model.parent.parent / 'step-0000001'} at step 1" in captured.out
+
+
+def test_checkpoint_metadata_edited_or_inconsistent_falls_back_to_the_one_before(
+        saved, corpus_file, cache_dir, capsys):
+    out, _ = saved
+    newest = out / "checkpoints" / "step-0000002"
+    state = newest / "trainer.json"
+    meta = json.loads(state.read_text())
+    state.write_text(json.dumps({**meta, "step": 5}, indent=1))  # an edit by hand
+    capsys.readouterr()
+    assert main(train(corpus_file, cache_dir, out, steps=2) + ["--resume"]) == 0
+    captured = capsys.readouterr()
+    assert (f"pretextual: warning: skipping checkpoint: {state}: corrupt (its content does not "
+            f"match its meta_sha256: edited or damaged)") in captured.err
+    assert f"resumed from {out / 'checkpoints' / 'step-0000001'} at step 1" in captured.out
+
+    # With the checksum made to match, the step still has to be the directory's.
+    meta = {**json.loads(state.read_text()), "step": 5}
+    meta[checkpoint_module.META_CHECKSUM] = checkpoint_module.meta_checksum(meta)
+    state.write_text(json.dumps(meta, indent=1))
+    with pytest.raises(checkpoint_module.CheckpointError, match=re.escape(
+            f"{state}: corrupt (step 5 in a checkpoint named step-0000002)")):
+        open_checkpoint(newest)
+
+
+def test_a_partial_last_line_in_metrics_is_dropped_on_resume(saved, corpus_file, cache_dir, capsys):
+    out, _ = saved
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "loss": 5.2')  # as a full disk or a power cut leaves it
+    capsys.readouterr()
+    assert main(train(corpus_file, cache_dir, out, steps=3) + ["--resume"]) == 0
+    assert (f"warning: {out / 'metrics.jsonl'}: dropping its partial last line, which is "
+            f"not a JSON record (a write cut short)") in capsys.readouterr().out
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [1, 2, 3]
 
 
 def test_a_checkpoint_of_another_model_size(saved, corpus_file, cache_dir, capsys):

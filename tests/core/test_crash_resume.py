@@ -67,15 +67,15 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(corpus_file, cac
         assert not list((run / "checkpoints").glob(".tmp-*"))
 
 
-def poison(trainer, call: int, value: float) -> None:
-    """Make the first objective's loss non-finite on its ``call``-th call."""
+def poison(trainer, call: int | None, value: float) -> None:
+    """Make the first objective's loss non-finite on its ``call``-th call (every call: None)."""
     objective = trainer.mix.selected[0].objective
     real_loss, calls = objective.loss, {"n": 0}
 
     def poisoned(inputs):
         calls["n"] += 1
         out = real_loss(inputs)
-        if calls["n"] == call:
+        if call is None or calls["n"] == call:
             out.loss = out.loss * value
         return out
 
@@ -112,6 +112,36 @@ def test_nonfinite_loss_can_skip_the_batch(tiny_config, tmp_path):
     assert all(v.isfinite().all() for v in weights(tmp_path / "run").values())
 
 
+def test_a_loss_that_is_always_nan_stops_after_a_bounded_run_of_skips_and_saves_nothing(
+        tiny_config, tmp_path):
+    cfg = tiny_config("roberta", "trainer.nonfinite=skip", "trainer.max_skipped_steps=3",
+                      "trainer.checkpoint_every=2", steps=10)
+    trainer = Trainer(cfg, log=(messages := []).append)
+    poison(trainer, None, float("nan"))
+    with pytest.raises(TrainingError, match=r"^step 4: non-finite loss in loss/mlm; stopped after 4 "
+                                             r"skipped steps in a row \(trainer.max_skipped_steps=3\)"):
+        trainer.train()
+    assert "warning: step 2: no checkpoint written, every step so far was skipped " \
+           "(trainer.nonfinite=skip)" in messages
+    assert list_checkpoints(tmp_path / "run" / "checkpoints") == []
+
+    # A run shorter than the bound that skips every step ends in an error, not untrained weights.
+    short = Trainer(tiny_config("roberta", "trainer.nonfinite=skip", "trainer.overwrite_output_dir=true",
+                                steps=3), log=lambda *_: None)
+    poison(short, None, float("nan"))
+    with pytest.raises(TrainingError, match=r"^step 3: every step of the run was skipped"):
+        short.train()
+    assert list_checkpoints(tmp_path / "run" / "checkpoints") == []
+
+    # Skips that end: the run trains on, and the bound counts only skips in a row.
+    recovering = Trainer(tiny_config("roberta", "trainer.nonfinite=skip", "trainer.max_skipped_steps=1",
+                                     "trainer.overwrite_output_dir=true", steps=6), log=lambda *_: None)
+    poison(recovering, 1, float("nan"))
+    poison(recovering, 3, float("nan"))
+    recovering.train()
+    assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")][-1] == "step-0000006"
+
+
 class _Exploit:
     def __reduce__(self):
         return (os.system, (f"touch {_Exploit.marker}",))
@@ -129,8 +159,9 @@ def test_a_pickle_posing_as_a_checkpoint_is_refused_without_running(tiny_config,
     import hashlib
     meta = json.loads((ckpt / "trainer.json").read_text())
     meta["sha256"] = {n: hashlib.sha256(payload).hexdigest() for n in meta["sha256"]}
+    from pretextual.core.checkpoint import META_CHECKSUM, meta_checksum, open_checkpoint
+    meta[META_CHECKSUM] = meta_checksum(meta)
     (ckpt / "trainer.json").write_text(json.dumps(meta))
-    from pretextual.core.checkpoint import open_checkpoint
     with pytest.raises(CheckpointError, match="model.safetensors: not a safetensors file"):
         open_checkpoint(ckpt)
     with pytest.raises(CheckpointError, match="none of its 1 checkpoints verifies"):

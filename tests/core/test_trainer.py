@@ -234,7 +234,7 @@ def test_bad_output_dir_and_export_are_one_line_before_any_work(tiny_config, tmp
     def no_work(*args, **kwargs):
         raise AssertionError("the corpus was read before the config was checked")
 
-    monkeypatch.setattr("pretextual.core.trainer.tokenized_corpus", no_work)
+    monkeypatch.setattr("pretextual.core.run_data.tokenized_corpus", no_work)
 
     a_file = tmp_path / "a_file"
     a_file.write_text("")

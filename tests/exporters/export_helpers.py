@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
+from pretextual.core.checkpoint import META_CHECKSUM, meta_checksum
 from pretextual.core.config import load_config
 from pretextual.core.encoder import EncoderConfig
 from pretextual.core.mix import PretrainingModel
@@ -48,6 +49,7 @@ def reseal(ckpt: Path) -> None:
     """Record the model file's new sha256, so only the exporter's own checks can catch it."""
     state = json.loads((ckpt / "trainer.json").read_text())
     state["sha256"]["model.safetensors"] = hashlib.sha256((ckpt / "model.safetensors").read_bytes()).hexdigest()
+    state[META_CHECKSUM] = meta_checksum(state)
     (ckpt / "trainer.json").write_text(json.dumps(state))
 
 

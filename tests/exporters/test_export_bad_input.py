@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from export_helpers import checkpoint_of, copy_run, reseal
 from pretextual.cli import main
+from pretextual.core.checkpoint import META_CHECKSUM, meta_checksum
 from pretextual.errors import CheckpointError, PluginError, PretextualError
 from pretextual.exporters.export import export_checkpoint
 
@@ -118,6 +119,7 @@ def test_a_checkpoint_without_its_run_config(mlm_run, tmp_path):
     ckpt = copy_run(mlm_run, tmp_path)
     state = json.loads((ckpt / "trainer.json").read_text())
     del state["config"]
+    state[META_CHECKSUM] = meta_checksum(state)  # written so, not edited afterwards
     (ckpt / "trainer.json").write_text(json.dumps(state))
     with pytest.raises(CheckpointError,
                        match=r"trainer\.json: corrupt \(no config\.data\.max_seq_length"):

@@ -1,0 +1,91 @@
+"""A run's data: its tokenizer and documents (the same on every process), split into
+training and held-out batches that are checked before the first step."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+from tokenizers import Tokenizer
+
+from pretextual.core import distributed as dist_utils
+from pretextual.core.data import MIN_SPLIT_DOCUMENTS, Batches, full_sentences, split_documents
+from pretextual.core.mix import ObjectiveMix
+from pretextual.core.prepare import tokenized_corpus
+from pretextual.core.tokenizer import tokenizer_sha256
+from pretextual.errors import DataError, PluginRunError
+
+EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed stream
+
+
+def _documents(n: int) -> str:
+    return f"{n} document{'' if n == 1 else 's'}"
+
+
+def run_corpus(data: DictConfig, world, device, log, required: Tokenizer | None = None,
+               source: str = ""):
+    """The run's tokenizer and documents. The main process tokenizes (training the
+    tokenizer, whose ties tokenizers breaks differently in each process, unless
+    ``required``, read from ``source``, is given) and fills the cache; the others tokenize
+    with its tokenizer, from the cache when it holds that one."""
+    if world.is_main:
+        tokenizer, docs = tokenized_corpus(data, log=log, tokenizer=required)
+    text = dist_utils.broadcast_text(tokenizer.to_str() if world.is_main else None, world, device)
+    if not world.is_main:
+        required, source = Tokenizer.from_str(text), "the main process's"
+        tokenizer, docs = tokenized_corpus(data, log=log, tokenizer=required)
+    if required is not None and tokenizer_sha256(tokenizer) != tokenizer_sha256(required):
+        # only a prepared corpus comes with a tokenizer of its own
+        raise DataError(f"data.prepared: {data.prepared} was prepared with another tokenizer "
+                        f"than {source}")
+    too_long = docs.sentences_longer_than(data.max_seq_length - 2)
+    if too_long:
+        log(f"note: {too_long} sentences of {data.prepared or data.corpus} are longer than the "
+            f"{data.max_seq_length - 2} tokens that data.max_seq_length={data.max_seq_length} "
+            f"leaves beside [CLS] and [SEP]; they are split into pieces")
+    return tokenizer, docs
+
+
+def _log_split(fraction: float, documents: int, held_out: int, log) -> None:
+    """Say when the held-out split is empty or far larger than data.eval_fraction asks."""
+    if fraction > 0 and held_out == 0:
+        log(f"warning: no held-out split, so no evaluation: the corpus has "
+            f"{_documents(documents)}, and a split keeps at least {MIN_SPLIT_DOCUMENTS} on each "
+            f"side (in a text file a blank line ends a document)")
+    elif held_out > max(2 * fraction * documents, 1):
+        log(f"note: {held_out} of the corpus's {documents} documents are held out for "
+            f"evaluation ({held_out / documents:.0%}; data.eval_fraction={fraction}), the fewest "
+            f"a split keeps")
+
+
+def split_batches(docs, data: DictConfig, mix: ObjectiveMix, vocab, seed: int,
+                  log) -> tuple[Batches, Batches | None]:
+    """(training batches, held-out batches or None). The first epoch of each and its first
+    batch are built now, so bad data or a plugin's builder or transform that breaks the
+    batch fails before any step, naming the split."""
+    train_docs, eval_docs = split_documents(docs, data.eval_fraction)
+    _log_split(data.eval_fraction, len(docs), len(eval_docs), log)
+    builder = mix.example_builder or full_sentences(data.max_seq_length, vocab)
+    train = Batches(train_docs, builder, mix.batch_transform, vocab, data.batch_size, seed)
+    held_out = Batches(eval_docs, builder, mix.batch_transform, vocab, data.batch_size,
+                       seed + EVAL_SEED_OFFSET, drop_last=False) if len(eval_docs) else None
+    splits = [(train, f"the training split: {_documents(len(train_docs))}")]
+    if held_out is not None:
+        splits.append((held_out, f"the held-out split: {_documents(len(eval_docs))}, "
+                                 f"data.eval_fraction={data.eval_fraction}"))
+    for batches, split in splits:
+        try:
+            # locate(0) raises for a training epoch shorter than one batch
+            found = batches.locate(0) if batches is train else batches.available(1)
+        except ValueError as exc:
+            raise DataError(f"data.corpus: too little text for data.batch_size={data.batch_size} "
+                            f"({split}): {exc}") from None
+        except DataError as exc:
+            raise DataError(f"{exc} ({split})") from None
+        try:
+            if found:
+                batches[0]
+        except ValueError as exc:  # collate: a plugin's examples of another layout than a batch's
+            if mix.example_builder is None:
+                raise
+            raise PluginRunError(f"objectives.{mix.example_builder.name}: example_builder made "
+                                 f"examples that do not make a batch ({split}): {exc}") from None
+    return train, held_out

@@ -1,0 +1,210 @@
+"""The run directory (trainer.output_dir): what a run writes there, that one process at
+a time writes it, that a new run never mixes with what is already there, and metrics.jsonl."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from tokenizers import Tokenizer
+
+from pretextual.core.checkpoint import STATE_FILE, check_tokenizer, list_checkpoints
+from pretextual.core.files import atomic_write_text
+from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer, vocab_of
+from pretextual.errors import CheckpointError, ConfigError
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+RUN_PLOT = "metrics.png"
+"""The plot of the run's metrics (drawn at the end by the built-in plot plugin)."""
+RUN_OUTPUTS = ("checkpoints", METRICS_FILE, "export", RUN_PLOT)
+"""What trainer.overwrite_output_dir deletes (the tensorboard plugin hides an earlier
+run's events itself); nothing else in the directory is ever deleted."""
+
+
+def _lock_holder(path: Path) -> str:
+    """' (pid N)' for the process holding the flock on ``path``, read from /proc/locks
+    where the system has it; '' otherwise."""
+    st = path.stat()
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if "FLOCK" in fields and where in fields:
+                return f" (pid {fields[fields.index(where) - 1]})"
+    except OSError:
+        pass
+    return ""
+
+
+class RunDirectory:
+    """trainer.output_dir of one run. ``main``: this process writes it (the main process
+    under torchrun; the others only read it)."""
+
+    def __init__(self, path: Path, main: bool = True, log=print):
+        self.path, self.main, self.log = Path(path), main, log
+        self._lock_fd: int | None = None
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS_FILE
+
+    def check_writable(self) -> None:
+        """ConfigError naming trainer.output_dir when it cannot be made: a part of the
+        path is a file, or the nearest existing folder is not writable."""
+        out = self.path
+        for part in (out, *out.parents):
+            if part.exists():
+                if not part.is_dir():
+                    raise ConfigError(f"trainer.output_dir={out}: {part} exists and is not a directory")
+                if not os.access(part, os.W_OK | os.X_OK):
+                    raise ConfigError(f"trainer.output_dir={out}: {part} is not writable")
+                return
+
+    def claim(self) -> None:
+        """Make the directory and hold it for this process: an exclusive flock on the
+        directory itself, which the system releases when the process ends however it ends
+        (kill -9 leaves no stale lock, and no lock file). A second writer gets one
+        ConfigError line naming the process that holds it."""
+        if not self.main or self._lock_fd is not None:
+            return
+        self.check_writable()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise ConfigError(f"trainer.output_dir={self.path}: cannot create it "
+                              f"({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                # a filesystem without flock (some network mounts): train, but say so
+                self.log(f"warning: trainer.output_dir={self.path}: cannot lock it "
+                         f"({exc.strerror or exc}); make sure no other run writes there")
+                return
+            raise ConfigError(f"trainer.output_dir={self.path}: another process"
+                              f"{_lock_holder(self.path)} is training in it; wait for it to end "
+                              f"or choose another trainer.output_dir") from None
+        self._lock_fd = fd
+
+    def check_free(self) -> None:
+        """The ConfigError of :meth:`claim` now, when another process holds the directory,
+        so a run fails before any work; the directory is not held (nor made) by this."""
+        if self.main and self.path.is_dir():
+            self.claim()
+            self.release()
+
+    def release(self) -> None:
+        """Let go of the lock."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __del__(self):
+        if getattr(self, "_lock_fd", None) is not None:
+            os.close(self._lock_fd)
+
+    def earlier_run(self) -> str:
+        """What in the directory a new run must not mix with or replace ('' when nothing):
+        an earlier run's checkpoints or export, or files that are not a run's at all (a
+        directory a user or transformers wrote)."""
+        earlier = list_checkpoints(self.checkpoints)
+        if earlier:
+            return f"the checkpoints of an earlier run (newest {earlier[-1].name})"
+        export = self.path / "export"
+        if export.is_dir() and any(export.iterdir()):
+            return "an earlier run's export/"
+        if self.path.is_dir() and not self._is_run():
+            names = sorted(p.name for p in self.path.iterdir() if not p.name.startswith("."))
+            if names:
+                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                return f"files that are not a pretextual run's ({shown})"
+        return ""
+
+    def _is_run(self) -> bool:
+        """Whether config.yaml is a pretextual run's (what every run writes first)."""
+        try:
+            saved = OmegaConf.load(self.path / CONFIG_FILE)
+        except Exception:  # missing, unreadable or not YAML: not a run's
+            return False
+        return all(key in saved for key in ("model", "data", "trainer", "objectives"))
+
+    def resumed_tokenizer(self) -> Tokenizer | None:
+        """The tokenizer of the run to resume (its tokenizer.json), checked against its
+        newest checkpoint before any text is tokenized with it; None when it has no
+        checkpoint (the run then starts from scratch)."""
+        checkpoints = list_checkpoints(self.checkpoints)
+        if not checkpoints:
+            return None
+        file = self.path / TOKENIZER_FILE
+        if not file.is_file():
+            raise CheckpointError(f"{file}: missing; a run resumes with the tokenizer it was "
+                                  f"trained with")
+        tokenizer = read_tokenizer(file)
+        vocab_of(tokenizer, str(file))  # DataError naming the file when a special token is missing
+        try:  # the full verification is the resume's; this reads what the checkpoint recorded
+            meta = json.loads((checkpoints[-1] / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            meta = {}
+        check_tokenizer(checkpoints[-1], meta, tokenizer, file)
+        return tokenizer
+
+    def start(self, config_yaml: str, tokenizer: Tokenizer, overwrite: bool,
+              resumed_step: int | None) -> float:
+        """Write config.yaml and tokenizer.json; for a new run (``resumed_step`` None) clear
+        an earlier run's outputs when ``overwrite``, and metrics.jsonl; for a resumed one drop
+        the metrics logged after its checkpoint. Returns the run's time so far (seconds)."""
+        if not self.main:
+            return 0.0
+        if resumed_step is None and overwrite:
+            for name in RUN_OUTPUTS:
+                path = self.path / name
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.exists():
+                    path.unlink()
+        atomic_write_text(self.path / CONFIG_FILE, config_yaml)
+        atomic_write_text(self.path / TOKENIZER_FILE, tokenizer.to_str())
+        if not self.metrics.exists():
+            return 0.0
+        if resumed_step is None:  # a run that never wrote a checkpoint
+            self.metrics.unlink()
+            return 0.0
+        records = self._read_metrics()
+        kept = [r for r in records if r.get("step", 0) <= resumed_step]
+        atomic_write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in kept))
+        return max((r.get("time", 0.0) for r in kept), default=0.0)
+
+    def _read_metrics(self) -> list[dict]:
+        """metrics.jsonl's records, without a line that is not a JSON object (the partial
+        last line a full disk or a power cut leaves), said in a warning."""
+        records = []
+        lines = self.metrics.read_text(encoding="utf-8", errors="replace").splitlines()
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if isinstance(record, dict):
+                records.append(record)
+            elif line.strip():
+                what = "its partial last line" if number == len(lines) else f"line {number}"
+                self.log(f"warning: {self.metrics}: dropping {what}, which is not a JSON record "
+                         f"(a write cut short)")
+        return records
+
+    def append_metrics(self, record: dict) -> None:
+        """Add one record to metrics.jsonl."""
+        with open(self.metrics, "a") as f:
+            f.write(json.dumps(record) + "\n")
