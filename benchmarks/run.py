@@ -111,6 +111,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, help="untimed rounds before them")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
+    parser.add_argument("--precisions", default="fp32,bf16",
+                        help="training precisions to time (default fp32,bf16; fp32 alone where "
+                             "the CPU has no native bf16 and a bf16 step takes a minute)")
     parser.add_argument("--out", type=Path,
                         help=f"where to write the markdown table (default {DEFAULT_OUT} for a "
                              f"full run of every section; none for --smoke)")
@@ -123,6 +126,9 @@ def main(argv: list[str] | None = None) -> Report:
     unknown = sorted(set(only) - set(SECTIONS))
     if unknown:
         raise SystemExit(f"--only: unknown section(s) {', '.join(unknown)} (known: {', '.join(SECTIONS)})")
+    precisions = tuple(p.strip() for p in args.precisions.split(",") if p.strip())
+    if not precisions or set(precisions) - {"fp32", "bf16"}:
+        raise SystemExit(f"--precisions: {args.precisions!r} (known: fp32, bf16)")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no CUDA device")
@@ -155,7 +161,7 @@ def main(argv: list[str] | None = None) -> Report:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pretextual-bench-") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ws = Workspace.create(sizes, device, Path(tmp))
+        ws = Workspace.create(sizes, device, Path(tmp), precisions)
         runners = _runners()
         busy: dict[str, float | None] = {}
         for section in SECTIONS:

@@ -20,7 +20,7 @@ from benchmarks.timing import for_at_least, interleave
 from benchmarks.isolated import Isolated
 from benchmarks.workloads import (OptimizerSpec, Workspace, hf_config, hf_model, hf_tokenizer,
                                   optimizer_description, synthetic_pair_batch, to_device)
-from pretextual.accel.cpu import keep_freed_memory
+from pretextual.accel.cpu import keep_freed_memory, kernel_swaps
 from pretextual.objectives.masking import IGNORE_INDEX
 
 
@@ -107,6 +107,13 @@ def training_step(ws: Workspace, report: Report) -> None:
     variants = {"plain": ws.trainer("bert", "trainer.cpu_kernels=false")}
     if not s.smoke:
         variants["compiled"] = ws.trainer("bert", "trainer.cpu_kernels=false", "trainer.compile=true")
+    # Each kernel's own gain: the CPU kernels with that one swapped back to its plain class (fp32).
+    ablations = {}
+    for plain, fast in kernel_swaps():
+        t = ws.trainer("bert", "trainer.cpu_kernels=true")
+        if any(type(m) is fast for m in t.model.modules()):
+            ablations[fast.__name__] = (t, without_kernel(t.model, plain, fast))
+    precisions = ws.precisions
     generator = torch.Generator().manual_seed(1)
     masked = trainer.mix.batch_transform(synthetic_pair_batch(s, ws.vocab), generator)
     batch = to_device(masked, device)
@@ -125,23 +132,26 @@ def training_step(ws: Workspace, report: Report) -> None:
             {k: v.clone() for k, v in masked.items()}, optimizer, max_norm, device, keep,
             threads=torch.get_num_threads())) for name, keep in HF_SIDES.items()}
         require_allocator_setting(sides["hf+alloc"].call("allocator"))
-        cases = {"pretextual fp32": pt(False), "pretextual bf16": pt(True)}
-        for variant, t in variants.items():
-            cases.update({f"pretextual {variant} fp32": pt(False, t),
-                          f"pretextual {variant} bf16": pt(True, t)})
-        for name, side in sides.items():
-            cases.update({f"{name} {p}": side.case(p) for p in ("fp32", "bf16")})
+        cases = {}
+        for p in precisions:
+            cases[f"pretextual {p}"] = pt(p == "bf16")
+            cases.update({f"pretextual {variant} {p}": pt(p == "bf16", t)
+                          for variant, t in variants.items()})
+            cases.update({f"{name} {p}": side.case(p) for name, side in sides.items()})
+        if "fp32" in precisions:
+            cases.update({f"pretextual without {k} fp32": pt(False, t)
+                          for k, (t, _) in ablations.items()})
         shapes = F.peak_shapes(tokens, s.hidden, s.intermediate, smoke=s.smoke, device=device)
         gemms, gemm_meta = F.gemm_cases(shapes, device, min_flops=0.0 if s.smoke else 2e10)
         cases.update(gemms)
         for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-            cases[f"step matmuls {precision}"] = F.step_gemms(
-                s.layers, s.hidden, s.heads, s.intermediate, ws.vocab.size, s.batch, s.seq,
-                predictions, dtype, device)
+            if precision in precisions:
+                cases[f"step matmuls {precision}"] = F.step_gemms(
+                    s.layers, s.hidden, s.heads, s.intermediate, ws.vocab.size, s.batch, s.seq,
+                    predictions, dtype, device)
         samples = interleave(cases, s.repeats, s.warmup, device, settle=s.settle)
 
-    steps = ("pretextual fp32", "hf fp32", "hf+alloc fp32", "pretextual bf16", "hf bf16",
-             "hf+alloc bf16") + tuple(f"pretextual {v} {p}" for v in variants for p in ("fp32", "bf16"))
+    steps = [k for k in cases if not k.startswith(("gemm ", "step matmuls"))]
     rate = {k: samples[k].rate for k in steps}
     # A round may hold several steps (Sizes.round_seconds): a step's time is its tokens over the median rate.
     step_seconds = {k: tokens / rate[k] for k in steps}
@@ -162,15 +172,16 @@ def training_step(ws: Workspace, report: Report) -> None:
     ceiling = f" (FLOP-ratio ceiling at equal efficiency {flop_ratio:.2f}x)"
     # The headline is like for like: Hugging Face given the one process-wide allocator setting
     # pretextual's CPU kernels make, which any process can make.
-    compare("training step, fp32, like for like: Hugging Face given pretextual's allocator "
-            f"setting{ceiling}", "pretextual fp32", "hf+alloc fp32", 3.0)
-    compare(f"training step, bf16, like for like: Hugging Face bf16 given pretextual's allocator "
-            f"setting{ceiling}", "pretextual bf16", "hf+alloc bf16", 4.0)
-    compare("training step, fp32, against Hugging Face as its users run it (MLM + NSP, "
-            "synthetic full batches)", "pretextual fp32", "hf fp32")
-    compare("training step, bf16 autocast on both sides, against Hugging Face as its users run it",
-            "pretextual bf16", "hf bf16")
-    for precision in ("fp32", "bf16"):
+    goals = {"fp32": 3.0, "bf16": 4.0}
+    for precision in precisions:
+        compare(f"training step, {precision}, like for like: Hugging Face {precision} given "
+                f"pretextual's allocator setting{ceiling}", f"pretextual {precision}",
+                f"hf+alloc {precision}", goals[precision])
+    for precision in precisions:
+        compare(f"training step, {precision}, against Hugging Face as its users run it (MLM + "
+                f"NSP, synthetic full batches{', bf16 autocast on both sides' if precision == 'bf16' else ''})",
+                f"pretextual {precision}", f"hf {precision}")
+    for precision in precisions:
         compare(f"training step, {precision}: the plain model (trainer.cpu_kernels=false) against "
                 f"Hugging Face given the allocator setting", f"pretextual plain {precision}",
                 f"hf+alloc {precision}")
@@ -181,6 +192,14 @@ def training_step(ws: Workspace, report: Report) -> None:
             compare(f"training step, {precision}: torch.compile of the plain model over the plain "
                     f"model in eager", f"pretextual compiled {precision}",
                     f"pretextual plain {precision}")
+    for name, (_, plain_name) in ablations.items():
+        if "fp32" in precisions:
+            compare(f"training step, fp32: {name}'s gain (the CPU kernels over the CPU kernels "
+                    f"with {plain_name} in its place)", "pretextual fp32",
+                    f"pretextual without {name} fp32")
+    if "hf+alloc fp32" in rate:
+        compare("training step, fp32: the allocator setting's gain, measured on Hugging Face "
+                "(its process given the setting over one without)", "hf+alloc fp32", "hf fp32")
 
     # Comparison 4: model FLOP utilisation.
     step_flops = work.flops()
@@ -189,7 +208,7 @@ def training_step(ws: Workspace, report: Report) -> None:
     goals = {"fp32": 0.85, "bf16": 0.40}
     mkl = max((samples[n].rate for n, (prec, lib, _) in gemm_meta.items()
                if prec == "fp32" and lib == "torch.matmul"), default=None)
-    for precision in ("fp32", "bf16"):
+    for precision in precisions:
         achieved = step_flops / step_seconds[f"pretextual {precision}"]
         hf_achieved = step_flops / step_seconds[f"hf {precision}"]
         mfu = achieved / peak[precision].flops_per_s
@@ -217,7 +236,12 @@ def training_step(ws: Workspace, report: Report) -> None:
             f"{(step - alone) * 1e3:,.0f} ms, where the {goals[precision]:.0%} goal "
             + (f"leaves {(budget - alone) * 1e3:,.0f} ms." if budget > alone else
                "is out of reach even if it took none."))
-    if mkl:
+    if "bf16" not in precisions:
+        report.details.append(
+            f"bf16 not timed (--precisions {','.join(precisions)}): this machine's bf16 matmul "
+            f"peak is {peak['bf16'].flops_per_s / 1e9:,.0f} GFLOP/s against fp32's "
+            f"{peak['fp32'].flops_per_s / 1e9:,.0f}.")
+    if mkl and "fp32" in precisions:
         report.details.append(
             f"MFU fp32 against torch.matmul's own best fp32 rate ({mkl / 1e9:,.0f} GFLOP/s, the "
             f"BLAS torch calls by default) instead of the machine's best: pretextual "
@@ -247,6 +271,15 @@ def training_step(ws: Workspace, report: Report) -> None:
             f"{k} {samples[k].spread()[0]:,.0f}-{samples[k].spread()[1]:,.0f}" for k in rate) + ".",
         cpu_share_line(samples, rate),
     ]
+
+
+def without_kernel(model, plain: type, fast: type) -> str:
+    """Swap one CPU kernel of ``model`` back to its plain class (the other kernels stay);
+    the plain class's name."""
+    for module in model.modules():
+        if type(module) is fast:
+            module.__class__ = plain
+    return plain.__name__
 
 
 def cpu_share_line(samples, names) -> str:
@@ -347,13 +380,13 @@ def end_to_end(ws: Workspace, report: Report) -> None:
             threads=torch.get_num_threads())) for name, keep in HF_SIDES.items()}
         require_allocator_setting(sides["hf+alloc"].call("allocator"))
         cases = {f"pretextual {p}": for_at_least(ours.case(p == "bf16"), s.round_seconds)
-                 for p in ("fp32", "bf16")}
+                 for p in ws.precisions}
         for name, side in sides.items():
-            cases.update({f"{name} {p}": side.case(p) for p in ("fp32", "bf16")})
+            cases.update({f"{name} {p}": side.case(p) for p in ws.precisions})
         samples = interleave(cases, s.repeats, s.warmup, device, settle=s.settle)
         stats = {"pretextual": ours.stats, **{name: side.call("stats") for name, side in sides.items()}}
     unit = "real tokens/s"
-    for precision in ("fp32", "bf16"):
+    for precision in ws.precisions:
         for name, label in (("hf", ""), ("hf+alloc", ", against Hugging Face given pretextual's "
                                                       "allocator setting")):
             a, b = samples[f"pretextual {precision}"].rate, samples[f"{name} {precision}"].rate

@@ -137,17 +137,20 @@ class Workspace:
     tokenizer_file: Path
     tokenizer: object
     vocab: Vocab
+    precisions: tuple[str, ...] = ("fp32", "bf16")
+    """The training precisions timed (``--precisions``)."""
     peaks: dict = field(default_factory=dict)
     """The matmul peaks the training section measured (precision -> flops.Peak), for later sections."""
 
     @classmethod
-    def create(cls, sizes: Sizes, device: torch.device, root: Path) -> "Workspace":
+    def create(cls, sizes: Sizes, device: torch.device, root: Path,
+               precisions: tuple[str, ...] = ("fp32", "bf16")) -> "Workspace":
         docs = corpus_documents(sizes)
         corpus_file = write_corpus(docs, root / "corpus.txt")
         tokenizer_file = root / "tokenizer.json"
         tokenizer = shared_tokenizer(docs, sizes.vocab, tokenizer_file)
         return cls(sizes, device, root, docs, corpus_file, tokenizer_file, tokenizer,
-                   vocab_of(tokenizer))
+                   vocab_of(tokenizer), precisions)
 
     @classmethod
     def reopen(cls, sizes: Sizes, device: torch.device, root: Path) -> "Workspace":

@@ -75,8 +75,8 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES))
 
 
-def _swaps() -> list[tuple[type, type]]:
-    """(plain class, accelerated class) pairs."""
+def kernel_swaps() -> list[tuple[type, type]]:
+    """(plain class, accelerated class) pairs, as :func:`apply_cpu_kernels` swaps them."""
     swaps = [(nn.Dropout, cpu_dropout.Dropout), (BertSelfAttention, CPUSelfAttention),
              (BertEncoder, CPUEncoder), (MLMHead, FusedMLMHead)]
     if onednn.onednn_linear_active():
@@ -89,7 +89,7 @@ def apply_cpu_kernels(model: nn.Module) -> list[str]:
     names of what was swapped in. Only modules of exactly a plain class are swapped:
     a plugin's subclass keeps its own forward."""
     swapped = set()
-    swaps = _swaps()
+    swaps = kernel_swaps()
     for module in model.modules():
         for plain, fast in swaps:
             if type(module) is plain:
