@@ -244,14 +244,14 @@ def document_boundary(path: str | Path, offset: int) -> int:
 
 def corpus_files(spec: str) -> list[Path]:
     """The files a corpus spec names: a file, a directory's TEXT_SUFFIXES files
-    (recursively) or every file a glob matches.
+    (recursively, following links) or every file a glob matches; each real file once.
 
     A directory's other files are skipped with a warning on stderr that counts and names
     them, and a directory with none to read is an error; an unreadable directory inside a
     corpus directory is an error, not skipped."""
     path = Path(spec).expanduser()
     if path.is_dir():
-        found = sorted(_walk(path))
+        found = _once(sorted(_walk(path)))
         files = [p for p in found if p.suffix in TEXT_SUFFIXES]
         skipped = _skipped_note(path, [p for p in found if p.suffix not in TEXT_SUFFIXES])
         kind = f"{'/'.join(TEXT_SUFFIXES)} file"
@@ -262,15 +262,28 @@ def corpus_files(spec: str) -> list[Path]:
             print(f"pretextual: warning: data.corpus: {spec}: read {_count(files, kind)}{skipped}",
                   file=sys.stderr)
         return files
-    if path.exists():
+    if path.is_file():
         return [path]
+    if path.exists():  # a FIFO or device would block the read forever
+        raise DataError(f"data.corpus: {spec} is not a regular file or a directory")
     if any(ch in spec for ch in "*?["):
-        files = sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True)
-                       if Path(p).is_file())
+        files = _once(sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True)
+                             if Path(p).is_file()))
         if files:
             return files
         raise DataError(f"data.corpus: the pattern {spec} matches no file")
     raise DataError(f"data.corpus: no such file or directory: {spec}")
+
+
+def _once(files: list[Path]) -> list[Path]:
+    """``files`` with each real file once (links to one file are one file), in order."""
+    seen, unique = set(), []
+    for file in files:
+        stat = file.stat()
+        if (stat.st_dev, stat.st_ino) not in seen:
+            seen.add((stat.st_dev, stat.st_ino))
+            unique.append(file)
+    return unique
 
 
 def _count(items: list, noun: str) -> str:
@@ -289,15 +302,36 @@ def _skipped_note(directory: Path, skipped: list[Path]) -> str:
 
 
 def _walk(directory: Path) -> Iterator[Path]:
+    """Every regular file under ``directory``, following links; a link back to a
+    directory already read (a loop) is skipped with a warning."""
     def fail(exc: OSError):
         reason = "permission denied" if isinstance(exc, PermissionError) else exc.strerror
         raise DataError(f"data.corpus: cannot list {exc.filename}: {reason}")
 
-    for root, _, names in os.walk(directory, onerror=fail, followlinks=True):
+    def identity(path: Path) -> tuple[int, int]:
+        stat = path.stat()
+        return stat.st_dev, stat.st_ino
+
+    seen_dirs, loops = {identity(directory)}, []
+    for root, dirs, names in os.walk(directory, onerror=fail, followlinks=True):
+        kept = []
+        for name in dirs:
+            key = identity(Path(root) / name)
+            if key in seen_dirs:
+                loops.append(Path(root) / name)
+            else:
+                seen_dirs.add(key)
+                kept.append(name)
+        dirs[:] = kept  # os.walk descends only into these
         for name in names:
             file = Path(root) / name
             if file.is_file():
                 yield file
+    if loops and (directory, "loops") not in _warned:
+        _warned.add((directory, "loops"))
+        shown = ", ".join(str(p.relative_to(directory)) for p in loops[:3])
+        print(f"pretextual: warning: data.corpus: {directory}: skipped {_count(loops, 'link')} "
+              f"to a directory already read ({shown}); each file is read once", file=sys.stderr)
 
 
 def read_corpus(spec: str, text_field: str = "text") -> list[Document]:

@@ -17,6 +17,8 @@ shards of .npy arrays that training memory-maps (``data.prepared=DIR``):
   atomically. Without it the directory is not a prepared corpus, so a
   half-written prepare never looks complete; running prepare again keeps every
   shard whose files verify and tokenizes only the rest.
+
+Training reads the directory through :mod:`pretextual.core.prepared`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import tokenizers
 from safetensors import SafetensorError
 from tokenizers import Tokenizer
 
@@ -38,13 +41,12 @@ from pretextual.core.corpus import (EMBEDDED, Document, corpus_files, corpus_fin
                                     document_boundary, embedded_corpus, iter_documents, read_corpus)
 from pretextual.core.data import Shard, TokenizedDocuments
 from pretextual.core.files import atomic_path, atomic_write_text, sha256, write_error_reason
-from pretextual.core.tokenizer import (TOKENIZER_FILE, load_tokenizer, read_tokenizer,
-                                       tokenizer_sha256, train_wordpiece, vocab_of)
+from pretextual.core.prepared import MANIFEST, PREPARED_FORMAT, open_prepared
+from pretextual.core.tokenizer import TOKENIZER_FILE, load_tokenizer, tokenizer_sha256, train_wordpiece
 from pretextual.errors import DataError
 
 CACHE_FORMAT = 1
-PREPARED_FORMAT = 1
-MANIFEST, TOKENIZER_RECIPE = "manifest.json", "tokenizer.recipe.json"
+TOKENIZER_RECIPE = "tokenizer.recipe.json"
 ENCODE_BATCH_BYTES = 1 << 20  # text per encode_batch call in a worker: bounds its memory
 MB = 1 << 20
 
@@ -158,6 +160,10 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
     if data_cfg.tokenizer:
         tokenizer = given
     else:
+        log(f"note: WordPiece training (tokenizers {tokenizers.__version__}) breaks ties between "
+            f"equally frequent pieces in an order that changes from run to run, so a prepare into "
+            f"another directory can give another tokenizer.json; for the same one, pass "
+            f"--tokenizer {tokenizer_file}")
         tokenizer = _train_tokenizer(_sample_sentences(corpus, data_cfg.text_field, sample_bytes),
                                      data_cfg, f"the first {sample_bytes / MB:.3g} MB of {corpus}", log)
     text = tokenizer.to_str()
@@ -364,70 +370,3 @@ def _manifest(corpus: str, data_cfg, tokenizer: Tokenizer, tokenizer_digest: str
     return {"format": PREPARED_FORMAT, "corpus": corpus, "text_field": data_cfg.text_field,
             "tokenizer": TOKENIZER_FILE, "tokenizer_sha256": tokenizer_digest,
             "vocab_size": tokenizer.get_vocab_size(), **counts, "shards": shards}
-
-
-# --- prepared shards: reading ---------------------------------------------------------------
-
-def _read_manifest(directory: Path) -> dict:
-    path = directory / MANIFEST
-    if not directory.is_dir():
-        raise DataError(f"data.prepared: no such directory: {directory}")
-    if not path.is_file():
-        raise DataError(f"data.prepared: {directory} has no {MANIFEST}: not a prepared corpus, or "
-                        f"`pretextual prepare` did not finish there (run it again to resume)")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{path}: not readable JSON ({exc})") from None
-    if manifest.get("format") != PREPARED_FORMAT:
-        raise DataError(f"{path}: format {manifest.get('format')!r}, this version reads "
-                        f"{PREPARED_FORMAT}; run pretextual prepare again")
-    return manifest
-
-
-def _open_shard(directory: Path, entry: dict) -> Shard:
-    """Memory-map one shard after checking its files against the manifest (size, length)."""
-    again = "run pretextual prepare again to rebuild it"
-    paths = {field: directory / entry["files"][field]["file"] for field in Shard.FIELDS}
-    for field, path in paths.items():
-        expected = entry["files"][field]["bytes"]
-        if not path.is_file():
-            raise DataError(f"{path}: missing (listed in {MANIFEST}); {again}")
-        if path.stat().st_size != expected:
-            raise DataError(f"{path}: {path.stat().st_size} bytes where {MANIFEST} says "
-                            f"{expected}: damaged; {again}")
-    try:
-        shard = Shard.map(paths)
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{exc}; {again}") from None
-    lengths = {"ids": entry["tokens"], "word_starts": entry["tokens"],
-               "sentence_offsets": entry["sentences"] + 1, "document_offsets": entry["documents"] + 1}
-    for field, length in lengths.items():
-        if len(getattr(shard, field)) != length:
-            raise DataError(f"{paths[field]}: holds {len(getattr(shard, field))} values where "
-                            f"{MANIFEST} says {length}; {again}")
-    return shard
-
-
-def open_prepared(directory: str | Path, tokenizer: str | None = None, log=print
-                  ) -> tuple[Tokenizer, TokenizedDocuments]:
-    """The tokenizer and memory-mapped documents of a prepared corpus. Sizes and array
-    headers are checked against the manifest; running prepare again checks the sha256."""
-    directory = Path(directory).expanduser()
-    manifest = _read_manifest(directory)
-    tokenizer_file = directory / TOKENIZER_FILE
-    if not tokenizer_file.is_file():
-        raise DataError(f"{tokenizer_file}: missing (listed in {MANIFEST}); run pretextual "
-                        f"prepare again")
-    prepared = read_tokenizer(tokenizer_file)
-    if tokenizer_sha256(prepared) != manifest["tokenizer_sha256"]:
-        raise DataError(f"{tokenizer_file}: changed since prepare (its sha256 differs from "
-                        f"{MANIFEST}); run pretextual prepare again")
-    vocab_of(prepared, str(tokenizer_file))
-    if tokenizer and load_tokenizer(tokenizer).to_str() != prepared.to_str():
-        raise DataError(f"data.tokenizer: {tokenizer} is not the tokenizer {directory} was "
-                        f"prepared with ({tokenizer_file}); unset data.tokenizer")
-    shards = [_open_shard(directory, entry) for entry in manifest["shards"]]
-    log(f"data.prepared: {manifest['documents']:,} documents, {manifest['tokens']:,} tokens in "
-        f"{len(shards)} shards of {directory}")
-    return prepared, TokenizedDocuments.from_shards(shards)

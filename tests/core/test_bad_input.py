@@ -91,6 +91,33 @@ def test_an_empty_file_in_a_corpus_directory_is_skipped(corpus_file, tmp_path, c
     assert [piece[0] for piece in manifest["shards"][0]["sources"]] == [str(corpus / "a.txt")]
 
 
+def test_a_symlink_loop_in_a_corpus_directory_reads_each_file_once(corpus_file, tmp_path, capsys):
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    shutil.copy(corpus_file, corpus / "a.txt")
+    (corpus / "sub" / "up").symlink_to("..")  # a loop: corpus/sub/up/sub/up/...
+    (corpus / "b.txt").symlink_to("a.txt")  # the same file under a second name
+    out = tmp_path / "prepared"
+    capsys.readouterr()
+    assert main(["prepare", str(corpus), "--out", str(out), "--vocab-size", "300"]) == 0
+    assert (f"pretextual: warning: data.corpus: {corpus}: skipped 1 link to a directory already "
+            f"read (sub/up); each file is read once\n") in capsys.readouterr().err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["documents"] == 60  # the corpus file's own 60, once
+    glob_out = tmp_path / "by-glob"
+    assert run(capsys, "prepare", f"{corpus}/**/*.txt", "--out", glob_out, "--vocab-size", "300")[0] == 0
+    assert json.loads((glob_out / "manifest.json").read_text())["documents"] == 60
+
+
+def test_a_fifo_as_the_corpus_is_refused(cache_dir, tmp_path, capsys):
+    fifo = tmp_path / "corpus.txt"
+    os.mkfifo(fifo)  # reading it would wait forever for a writer
+    status, error = run(capsys, *train(fifo, cache_dir, tmp_path / "run"))
+    message = f"pretextual: error: data.corpus: {fifo} is not a regular file or a directory"
+    assert (status, error) == (2, message)
+    assert run(capsys, "prepare", fifo, "--out", tmp_path / "prepared") == (2, message)
+
+
 def test_a_document_of_one_sentence_cannot_make_sentence_pairs(saved, cache_dir, tmp_path, capsys):
     out, before = saved
     corpus = tmp_path / "one.txt"

@@ -1,5 +1,6 @@
 """Config: recipes, overrides, and one clear line for every mistake a user can make."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,17 @@ def test_bad_config_is_one_clear_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_config("roberta", overrides)
     assert "\n" not in str(info.value)
+
+
+def test_a_model_that_cannot_fit_in_memory_is_refused_when_the_config_is_checked(capsys):
+    assert main(["config", "roberta", "model.hidden_size=1000000", "model.num_attention_heads=1"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert re.match(r"pretextual: error: model sizes \(model\.hidden_size=1000000, "
+                    r"model\.num_attention_heads=1\): about \d+\.\d billion parameters need at "
+                    r"least [\d,]+ GiB to train .* more than this machine's [\d,]+ GiB of memory$",
+                    error.strip())
+    load_config("roberta", ["model.preset=base"])  # what fits is left alone
 
 
 def test_limits_leave_legitimate_values_alone():

@@ -15,7 +15,7 @@ from pretextual.core import corpus as corpus_module
 from pretextual.core import prepare as prepare_module
 from pretextual.core.corpus import document_boundary, iter_documents, read_corpus
 from pretextual.core.data import Batches, TokenizedDocuments, full_sentences
-from pretextual.core.prepare import open_prepared
+from pretextual.core.prepared import open_prepared
 from pretextual.core.tokenizer import train_wordpiece, vocab_of
 from pretextual.core.trainer import Trainer
 from pretextual.errors import DataError
@@ -149,7 +149,11 @@ def test_an_interrupted_prepare_resumes(big_corpus, tokenizer_file, prepared, tm
 def test_prepare_trains_a_tokenizer_on_a_sample_and_keeps_it(big_corpus, tmp_path, capsys):
     out = tmp_path / "out"
     assert prepare(big_corpus, out, "--vocab-size", "300", "--sample-mb", "0.1", "--workers", "1") == 0
-    assert "on the first 0.1 MB of" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "on the first 0.1 MB of" in printed
+    # Its ties are broken in an order that changes between runs: said, with the way out.
+    assert (f"so a prepare into another directory can give another tokenizer.json; for the same "
+            f"one, pass --tokenizer {out / 'tokenizer.json'}\n") in printed
     before = sha256(out / "tokenizer.json")
     assert prepare(big_corpus, out, "--vocab-size", "300", "--sample-mb", "0.1", "--workers", "1") == 0
     assert "5 of 5 shards already prepared" in capsys.readouterr().out
@@ -229,6 +233,43 @@ def test_a_damaged_prepared_directory_is_one_clear_line_and_prepare_repairs_it(
     assert "\n" not in str(info.value)
     assert prepare(big_corpus, copy, "--tokenizer", str(tokenizer_file), "--workers", "1") == 0
     assert len(open_prepared(copy, log=lambda *_: None)[1]) == 3000
+
+
+def rewrite_ids(directory, shard: str, change) -> None:
+    """Give a shard's ids file other values of the same size and header."""
+    path = directory / f"{shard}.ids.npy"
+    ids = np.load(path)
+    change(ids)
+    np.save(path, ids)
+
+
+def test_every_shard_is_verified_once_and_a_same_size_corruption_is_caught(prepared, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(prepared, copy)
+    (copy / "verified.json").unlink(missing_ok=True)
+    logged = []
+    open_prepared(copy, log=logged.append)
+    assert logged[0].startswith("data.prepared: verified the sha256 of 20 shard files (")
+    logged.clear()
+    open_prepared(copy, log=logged.append)  # remembered: nothing hashed again
+    assert not any("sha256" in line for line in logged)
+
+    rewrite_ids(copy, "shard-00002", lambda ids: ids.__setitem__(7, ids[7] ^ 1))
+    with pytest.raises(DataError, match=r"shard-00002\.ids\.npy: its sha256 differs from "
+                                        r"manifest\.json's: damaged; run pretextual prepare again"):
+        open_prepared(copy, log=logged.append)
+
+
+def test_a_token_id_outside_the_vocabulary_names_its_shard(prepared, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(prepared, copy)
+    rewrite_ids(copy, "shard-00001", lambda ids: ids.__setitem__(3, 4000))  # vocabulary: 241
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["shards"][1]["files"]["ids"]["sha256"] = sha256(copy / "shard-00001.ids.npy")
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"shard-00001\.ids\.npy: token id 4000 is outside the "
+                                        r"vocabulary of .*tokenizer\.json \(241 ids\)"):
+        open_prepared(copy, log=lambda *_: None)
 
 
 def test_a_given_tokenizer_is_what_tokenizes_whatever_the_cache_holds(corpus_file, tmp_path):

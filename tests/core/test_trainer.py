@@ -46,6 +46,17 @@ def test_loss_falls_and_metrics_are_logged(tiny_config, tmp_path):
     assert recorded.mlm.mask_prob == 0.15 and recorded.mlm.weight == 1.0  # defaults filled in
 
 
+def test_a_warmup_longer_than_the_run_is_said_and_the_lr_never_peaks(tiny_config, tmp_path):
+    cfg = tiny_config("roberta", "trainer.warmup_steps=8", "trainer.lr=1e-3", steps=4)
+    messages = []
+    Trainer(cfg, log=messages.append).train()
+    assert ("warning: trainer.warmup_steps=8 is more than trainer.max_steps=4: the learning rate "
+            "rises for the whole run and peaks at 50% of trainer.lr (lower trainer.warmup_steps)"
+            ) in messages
+    lrs = [line["lr"] for line in read_metrics(tmp_path / "run") if "lr" in line]
+    assert lrs == pytest.approx([1e-3 * step / 8 for step in range(1, 5)])
+
+
 def test_same_seed_gives_identical_weights(tiny_config, tmp_path):
     a = tiny_config("roberta", f"trainer.output_dir={tmp_path / 'a'}", steps=4)
     b = tiny_config("roberta", f"trainer.output_dir={tmp_path / 'b'}", steps=4)

@@ -102,6 +102,16 @@ def test_a_broken_plugin_is_named_and_skipped_and_the_program_works(dist, fake_p
     assert capsys.readouterr().err == f"pretextual: error: plugin '{name}' (package {dist} 0.1) {problem}\n"
 
 
+def test_a_module_named_in_plugins_modules_that_fails_to_import_is_an_error(tmp_path, monkeypatch,
+                                                                          capsys):
+    (tmp_path / "my_objective.py").write_text("import a_module_that_is_not_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["config", "roberta", "plugins.modules=[my_objective]"]) == 2
+    assert capsys.readouterr().err == (
+        "pretextual: error: plugins.modules: 'my_objective' failed to import: "
+        "ModuleNotFoundError: No module named 'a_module_that_is_not_installed'\n")
+
+
 @pytest.mark.parametrize("argv", [["--strict-plugins", "train"], ["train", "--strict-plugins"],
                                   ["config", "--strict-plugins"], ["plugins", "--strict-plugins"]])
 def test_strict_plugins_goes_before_or_after_the_subcommand(argv, fake_plugin, tmp_path, capsys):
