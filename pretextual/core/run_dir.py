@@ -116,20 +116,27 @@ class RunDirectory:
             os.close(self._lock_fd)
 
     def earlier_run(self) -> str:
-        """What in the directory a new run must not mix with or replace ('' when nothing):
-        an earlier run's checkpoints or export, or files that are not a run's at all (a
-        directory a user or transformers wrote)."""
+        """Why a new run may not start here without trainer.overwrite_output_dir, and what
+        to do instead ('' when nothing is in the way): an earlier run's checkpoints or
+        export, or files that are not a run's at all (a directory a user or transformers
+        wrote)."""
+        overwrite = "set trainer.overwrite_output_dir=true"
         earlier = list_checkpoints(self.checkpoints)
-        if earlier:
-            return f"the checkpoints of an earlier run (newest {earlier[-1].name})"
         export = self.path / "export"
-        if export.is_dir() and any(export.iterdir()):
-            return "an earlier run's export/"
+        if earlier or (export.is_dir() and any(export.iterdir())):
+            what = (f"the checkpoints of an earlier run (newest {earlier[-1].name})" if earlier
+                    else "an earlier run's export/")
+            return (f"holds {what}; continue it with --resume, choose another "
+                    f"trainer.output_dir, or {overwrite} to delete the earlier run's outputs and "
+                    f"start afresh")
         if self.path.is_dir() and not self._is_run():
             names = sorted(p.name for p in self.path.iterdir() if not p.name.startswith("."))
             if names:
                 shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-                return f"files that are not a pretextual run's ({shown})"
+                return (f"holds files that are not a pretextual run's ({shown}); choose another "
+                        f"trainer.output_dir, or {overwrite} to train there anyway (a run writes "
+                        f"{', '.join((CONFIG_FILE, TOKENIZER_FILE) + RUN_OUTPUTS)} and replaces "
+                        f"whatever has those names; it deletes nothing else)")
         return ""
 
     def _is_run(self) -> bool:

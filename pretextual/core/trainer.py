@@ -153,10 +153,8 @@ class Trainer:
         what = self.run_dir.earlier_run() if self.world.is_main else ""
         if dist_utils.any_over_ranks(bool(what), self.world, self.device) \
                 and not self.cfg.trainer.overwrite_output_dir:
-            raise ConfigError(f"trainer.output_dir={self.out}: holds {what or 'an earlier run'}; "
-                              f"continue it with --resume, choose another trainer.output_dir, or "
-                              f"set trainer.overwrite_output_dir=true to delete the earlier run's "
-                              f"outputs and start afresh")
+            raise ConfigError(f"trainer.output_dir={self.out}: "
+                              f"{what or 'holds an earlier run (on the main process)'}")
 
     def _has_unused_parameters(self) -> bool:
         """Whether a step leaves some parameter without a gradient: one forward and backward

@@ -121,8 +121,10 @@ def test_a_directory_that_is_not_a_run_is_refused_and_kept_unless_told_to_overwr
     for name, data in mine.items():
         (run / name).write_bytes(data)
     message = (f"trainer.output_dir={run}: holds files that are not a pretextual run's (config.json, "
-               f"model.safetensors, tokenizer.json); continue it with --resume, choose another "
-               f"trainer.output_dir, or set trainer.overwrite_output_dir=true")
+               f"model.safetensors, tokenizer.json); choose another trainer.output_dir, or set "
+               f"trainer.overwrite_output_dir=true to train there anyway (a run writes config.yaml, "
+               f"tokenizer.json, checkpoints, metrics.jsonl, export, metrics.png and replaces "
+               f"whatever has those names; it deletes nothing else)")
     with pytest.raises(ConfigError, match=re.escape(message)):
         Trainer(tiny_config("roberta", steps=2), **QUIET)
     assert {p.name: p.read_bytes() for p in run.iterdir()} == mine
@@ -174,3 +176,19 @@ def test_a_second_process_cannot_write_a_run_directory_in_use_and_kill_9_leaves_
                                          "--resume"], capture_output=True, text=True, env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stdout
+
+
+def test_a_filesystem_without_locks_trains_and_says_the_run_is_unprotected(tiny_config, tmp_path,
+                                                                           monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):  # what flock does on a mount without lock support
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    messages = []
+    Trainer(tiny_config("roberta", steps=2), log=messages.append).train()
+    assert (f"warning: trainer.output_dir={tmp_path / 'run'}: cannot lock it (No locks available); "
+            f"make sure no other run writes there") in messages
+    assert names(tmp_path / "run") == ["step-0000002"]
