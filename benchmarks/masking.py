@@ -24,7 +24,8 @@ import torch
 from benchmarks.report import Report, Row, fmt_rate, fmt_ratio
 from benchmarks.timing import interleave
 from benchmarks.workloads import Workspace, hf_tokenizer, word_starts_of
-from pretextual.core.data import TokenizedDocuments, collate, full_sentences
+from pretextual.core.data import collate, full_sentences
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.encoder import EncoderConfig
 from pretextual.plugins.api import BuildContext
 

@@ -16,7 +16,8 @@ import numpy as np
 from benchmarks.report import Report, Row, fmt_ratio
 from benchmarks.timing import interleave
 from benchmarks.workloads import Workspace, hf_tokenizer
-from pretextual.core.data import TokenizedDocuments, full_sentences
+from pretextual.core.data import full_sentences
+from pretextual.core.documents import TokenizedDocuments
 
 HF_MAP_BATCH = 1000  # datasets.map's default batch size
 

@@ -21,7 +21,6 @@ written; a checkpoint is written at the first step end after each fraction of th
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import tempfile
 import time

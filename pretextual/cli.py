@@ -65,7 +65,8 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_config(args) -> int:
-    from pretextual.core.config import reference_markdown, to_yaml
+    from pretextual.core.config import to_yaml
+    from pretextual.core.config_reference import reference_markdown
     from pretextual.plugins.manager import Plugins
     if args.reference:
         print(reference_markdown(Plugins(strict=args.strict_plugins).objectives))

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from pretextual.analysis.probes import ProbeData, probe_data, run_probes
 from pretextual.analysis.report import UNTRAINED, write_report
 from pretextual.core.config import load_config, recipe_names
-from pretextual.core.data import split_documents
+from pretextual.core.documents import split_documents
 from pretextual.core.prepare import tokenized_corpus
 from pretextual.core.tokenizer import has_word_boundaries
 from pretextual.core.trainer import Trainer

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pretextual.core.data import TokenizedDocuments, collate, full_sentences, single_segment
+from pretextual.core.data import collate, full_sentences, single_segment
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.mix import PretrainingModel
 from pretextual.errors import PretextualError
 from pretextual.objectives.mlm import IGNORE_INDEX

@@ -6,12 +6,7 @@ these classes (``pretextual config --reference``), so it cannot drift.
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import inspect
 import math
-import os
-import textwrap
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -20,8 +15,9 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from pretextual.core.encoder import PRESETS, preset_config
+from pretextual.core.config_checks import validate
 from pretextual.errors import ConfigError, plugin_call
+from pretextual.plugins.api import SCHEDULE_KEYS  # WeightSchedule's fields (tests/test_architecture.py)
 
 
 @dataclass
@@ -170,10 +166,6 @@ class WeightSchedule:
         return SCHEDULES[self.schedule](self, step)
 
 
-SCHEDULE_KEYS = frozenset(f.name for f in dataclasses.fields(WeightSchedule))
-"""The keys the core reads from every objectives.<name> (an objective's options cannot use them)."""
-
-
 def _constant(s: WeightSchedule, step: int) -> float:
     return s.weight
 
@@ -191,9 +183,6 @@ def _step(s: WeightSchedule, step: int) -> float:
 SCHEDULES: dict[str, Callable[[WeightSchedule, int], float]] = {
     "constant": _constant, "linear": _linear, "step": _step}
 """The weight schedules by name (objectives.<name>.schedule): schedule, step -> weight."""
-MODEL_SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
-"""The model.* keys that override the preset's sizes."""
-NO_OBJECTIVE = "objectives: no objective selected (e.g. objectives.mlm.weight=1)"
 RECIPES_PACKAGE = "pretextual.configs"
 DEFAULT_RECIPE = "bert"
 
@@ -282,112 +271,6 @@ def load_config(source: Optional[str] = None, overrides: tuple[str, ...] | list[
     return cfg
 
 
-def validate(cfg: DictConfig) -> None:
-    """Checks that span several keys or that the types cannot express."""
-    m, d, t = cfg.model, cfg.data, cfg.trainer
-    if m.preset not in PRESETS:
-        raise ConfigError(f"model.preset: unknown preset {m.preset!r} (known: {', '.join(PRESETS)})")
-    # The model sizes may be unset (None): the preset then gives them.
-    sizes = {f"model.{key}": m[key] for key in MODEL_SIZES if m[key] is not None}
-    positive = {**sizes, "data.max_seq_length": d.max_seq_length, "data.batch_size": d.batch_size,
-                "data.vocab_size": d.vocab_size, "trainer.max_steps": t.max_steps,
-                "trainer.grad_accum_steps": t.grad_accum_steps,
-                "trainer.checkpoint_every": t.checkpoint_every,
-                "trainer.keep_checkpoints": t.keep_checkpoints, "trainer.log_every": t.log_every,
-                "trainer.eval_batches": t.eval_batches, "trainer.adam_eps": t.adam_eps}
-    not_negative = {"trainer.lr": t.lr, "trainer.eval_every": t.eval_every,
-                    "data.num_workers": d.num_workers or 0, "trainer.warmup_steps": t.warmup_steps,
-                    "trainer.max_grad_norm": t.max_grad_norm, "trainer.weight_decay": t.weight_decay}
-    below_one = {"model.hidden_dropout_prob": m.hidden_dropout_prob,
-                 "model.attention_probs_dropout_prob": m.attention_probs_dropout_prob,
-                 "trainer.adam_beta1": t.adam_beta1, "trainer.adam_beta2": t.adam_beta2,
-                 "data.eval_fraction": d.eval_fraction}
-    for key, value in {**positive, **not_negative}.items():
-        if not math.isfinite(value):  # NaN or inf: torch would fail (or diverge) steps later
-            raise ConfigError(f"{key} must be a finite number, got {value}")
-    # Each test is written so that NaN fails it too.
-    for key, value in positive.items():
-        if not value > 0:
-            raise ConfigError(f"{key} must be positive, got {value}")
-    for key, value in not_negative.items():
-        if not value >= 0:
-            raise ConfigError(f"{key} must not be negative, got {value}")
-    for key, value in below_one.items():
-        if not 0.0 <= value < 1.0:
-            raise ConfigError(f"{key} must be in [0, 1), got {value}")
-    hidden, heads = (_size(m, key) for key in ("hidden_size", "num_attention_heads"))
-    if hidden[0] % heads[0]:
-        raise ConfigError(f"model.hidden_size ({hidden[1]}) must be a multiple of "
-                          f"model.num_attention_heads ({heads[1]})")
-    check_device(t.device)
-    if d.max_seq_length < 8:
-        raise ConfigError(f"data.max_seq_length must be at least 8, got {d.max_seq_length}")
-    if d.max_seq_length > m.max_position_embeddings:
-        raise ConfigError(f"data.max_seq_length ({d.max_seq_length}) exceeds "
-                          f"model.max_position_embeddings ({m.max_position_embeddings})")
-    if t.nonfinite not in ("stop", "skip"):
-        raise ConfigError(f"trainer.nonfinite must be 'stop' or 'skip', got {t.nonfinite!r}")
-    if t.max_skipped_steps < 0:
-        raise ConfigError(f"trainer.max_skipped_steps must not be negative, got {t.max_skipped_steps}")
-    _check_fits_in_memory(cfg)
-    if not cfg.objectives:
-        raise ConfigError(NO_OBJECTIVE)
-
-
-TRAINING_BYTES_PER_PARAMETER = 16
-"""fp32 weights, gradients and AdamW's two moments: what training holds per parameter
-before any activation."""
-
-
-def _memory(device: str) -> tuple[int, str]:
-    """(bytes of memory, its name) where a run on ``device`` keeps its parameters."""
-    import torch
-
-    if device != "cpu" and torch.cuda.is_available():
-        index = int(device.partition(":")[2] or 0)
-        if index < torch.cuda.device_count():
-            return torch.cuda.get_device_properties(index).total_memory, f"cuda:{index}'s"
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's"
-
-
-def _check_fits_in_memory(cfg: DictConfig) -> None:
-    """ConfigError naming the model sizes when the encoder and MLM head could not even be
-    trained in the device's memory: an estimate from the sizes, a lower bound (no
-    activations), so it never refuses a model that fits."""
-    m, d = cfg.model, cfg.data
-    sizes = {key: _size(m, key)[0] for key in MODEL_SIZES if key != "intermediate_size"}
-    intermediate = m.intermediate_size or 4 * sizes["hidden_size"]
-    config = preset_config(m.preset, **sizes, intermediate_size=intermediate,
-                           vocab_size=d.vocab_size, max_position_embeddings=m.max_position_embeddings)
-    h = config.hidden_size
-    parameters = config.num_parameters() + h * h + 3 * h + d.vocab_size  # + the MLM head
-    need = parameters * TRAINING_BYTES_PER_PARAMETER
-    have, where = _memory(cfg.trainer.device)
-    if need > have:
-        set_keys = ", ".join(f"model.{k}={m[k]}" for k in MODEL_SIZES if m[k] is not None)
-        raise ConfigError(f"model sizes ({set_keys or f'model.preset={m.preset}'}): about "
-                          f"{parameters / 1e9:.1f} billion parameters need at least "
-                          f"{need / 2**30:,.0f} GiB to train (weights, gradients and AdamW's "
-                          f"moments, {TRAINING_BYTES_PER_PARAMETER} bytes each), more than "
-                          f"{where} {have / 2**30:,.0f} GiB of memory")
-
-
-def _size(model: DictConfig, key: str) -> tuple[int, str]:
-    """model.<key> as the encoder gets it (set, else the preset's), and as a message shows it."""
-    if model[key] is not None:
-        return model[key], str(model[key])
-    value = getattr(preset_config(model.preset), key)
-    return value, f"{value}, from model.preset={model.preset}"
-
-
-def check_device(name: str) -> None:
-    """Raise ConfigError naming trainer.device unless it is 'auto', 'cpu', 'cuda' or
-    'cuda:N' (whether this machine has CUDA is checked when a run starts)."""
-    kind, colon, index = name.partition(":")
-    if kind not in ("auto", "cpu", "cuda") or (colon and (kind != "cuda" or not index.isdigit())):
-        raise ConfigError(f"trainer.device: unknown device {name!r} (known: auto, cpu, cuda, cuda:N)")
-
-
 def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple[WeightSchedule, Any]:
     """Split ``objectives.<name>`` into its weight schedule and the objective's own
     options dataclass, type-checked (unknown keys get OmegaConf's suggestion) and
@@ -434,18 +317,6 @@ def _typed(name: str, cls: type, values: dict) -> Any:
     return OmegaConf.to_object(merged)
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """The attribute docstrings of a dataclass, by field name."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for node, following in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
-                and isinstance(following.value, ast.Constant)):
-            docs[node.target.id] = " ".join(str(following.value.value).split())
-    return docs
-
-
 def config_changes(old: dict, new: DictConfig) -> list[str]:
     """``key: old -> new`` for every leaf that differs between a saved config (a plain
     dict, as a checkpoint holds it) and ``new``, in key order; keys only one side has
@@ -466,41 +337,3 @@ def config_changes(old: dict, new: DictConfig) -> list[str]:
 def to_yaml(cfg: DictConfig) -> str:
     """The config as YAML: what `pretextual config` prints and a run saves as config.yaml."""
     return OmegaConf.to_yaml(cfg)
-
-
-def _table(cls: type, prefix: str) -> list[str]:
-    docs = field_docs(cls)
-    rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = ""
-        kind = getattr(f.type, "__name__", str(f.type))
-        if kind.startswith("Optional["):
-            kind = kind[len("Optional["):-1]
-        rows.append(f"| `{prefix}{f.name}` | {kind} | `{default}` | {docs.get(f.name, '')} |")
-    return rows
-
-
-def reference_markdown(objectives: dict) -> str:
-    """docs/config.md: every key with its type, default and docstring, the
-    objective keys of each registered objective included."""
-    lines = ["# Config reference", "",
-             "Generated by `PRETEXTUAL_LOAD_PLUGINS= pretextual config --reference` from the config",
-             "dataclasses (built-in objectives only); do not edit.",
-             "Any key can be set in a YAML file or on the command line as `key=value`;",
-             "`~objectives.<name>` drops an objective from a recipe.", ""]
-    for section, cls in (("model", ModelConfig), ("data", DataConfig), ("trainer", TrainerConfig),
-                         ("plugins", PluginsConfig)):
-        lines += [f"## {section}", "", *_table(cls, f"{section}."), ""]
-    lines += ["## objectives", "", field_docs(Config)["objectives"], "",
-              "### Keys of every objective", "", *_table(WeightSchedule, "objectives.<name>."), ""]
-    for name in sorted(objectives):
-        spec = objectives[name]
-        lines += [f"### {name}", "", spec.description, ""]
-        if spec.options is not None:
-            lines += [*_table(spec.options, f"objectives.{name}."), ""]
-    return "\n".join(lines)

@@ -16,7 +16,8 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from pretextual.core.config import NO_OBJECTIVE, WeightSchedule, objective_options
+from pretextual.core.config import WeightSchedule, objective_options
+from pretextual.core.config_checks import NO_OBJECTIVE
 from pretextual.core.encoder import BertModel, EncoderConfig
 from pretextual.errors import ConfigError, PluginError, PluginRunError, plugin_call
 from pretextual.plugins.api import (PARTS, Batch, BuildContext, HeadFactory, Objective,

@@ -39,7 +39,7 @@ from tokenizers import Tokenizer
 
 from pretextual.core.corpus import (EMBEDDED, Document, corpus_files, corpus_fingerprint,
                                     document_boundary, embedded_corpus, iter_documents, read_corpus)
-from pretextual.core.data import Shard, TokenizedDocuments
+from pretextual.core.documents import Shard, TokenizedDocuments
 from pretextual.core.files import atomic_path, atomic_write_text, sha256, write_error_reason
 from pretextual.core.prepared import MANIFEST, PREPARED_FORMAT, open_prepared
 from pretextual.core.tokenizer import TOKENIZER_FILE, load_tokenizer, tokenizer_sha256, train_wordpiece

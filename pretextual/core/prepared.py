@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from pretextual.core.data import Shard, TokenizedDocuments
+from pretextual.core.documents import Shard, TokenizedDocuments
 from pretextual.core.files import atomic_write_text, sha256
 from pretextual.core.tokenizer import (TOKENIZER_FILE, load_tokenizer, read_tokenizer,
                                        tokenizer_sha256, vocab_of)

@@ -7,7 +7,8 @@ from omegaconf import DictConfig
 from tokenizers import Tokenizer
 
 from pretextual.core import distributed as dist_utils
-from pretextual.core.data import MIN_SPLIT_DOCUMENTS, Batches, full_sentences, split_documents
+from pretextual.core.data import Batches, full_sentences
+from pretextual.core.documents import MIN_SPLIT_DOCUMENTS, split_documents
 from pretextual.core.mix import ObjectiveMix
 from pretextual.core.prepare import tokenized_corpus
 from pretextual.core.tokenizer import tokenizer_sha256

@@ -21,7 +21,8 @@ from pretextual.accel import accelerate
 from pretextual.core import distributed as dist_utils
 from pretextual.core.checkpoint import (check_tokenizer, latest_checkpoint, list_checkpoints,
                                         remove_partial_checkpoints, save_checkpoint, tied_keys)
-from pretextual.core.config import MODEL_SIZES, config_changes, to_yaml
+from pretextual.core.config import config_changes, to_yaml
+from pretextual.core.config_checks import MODEL_SIZES
 from pretextual.core.data import Batches
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
 from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objectives,
@@ -395,8 +396,7 @@ class Trainer:
                    disable=not (t.progress and self.world.is_main))
         last_eval: dict[str, float] = {}
         tokens_seen, clock = 0, time.perf_counter()
-        watch = NonFinite(self.device)
-        skipped_in_a_row = 0
+        watch = NonFinite(self.device, t.nonfinite, t.max_skipped_steps)
         while self.step < t.max_steps and not self.should_stop:
             logs, tokens = self._micro_steps(loader)
             step = self.step + 1
@@ -410,24 +410,7 @@ class Trainer:
             skipped = False
             if read:
                 logs = dist_utils.mean_over_ranks(logs, self.world, self.device)
-                bad_step, bad = watch.first(self.world)
-                if bad_step is not None:
-                    message = f"step {bad_step}: non-finite loss in {', '.join(bad) or 'loss'}"
-                    if t.nonfinite == "stop":
-                        kept = list_checkpoints(self.run_dir.checkpoints)
-                        raise TrainingError(f"{message}; stopped, "
-                                            + (f"the last good checkpoint {kept[-1]} is kept" if kept
-                                               else "no checkpoint had been written yet")
-                                            + " (trainer.nonfinite=skip skips such batches)")
-                    skipped_in_a_row += 1
-                    if skipped_in_a_row > t.max_skipped_steps:
-                        raise TrainingError(f"{message}; stopped after {skipped_in_a_row} skipped "
-                                            f"steps in a row (trainer.max_skipped_steps="
-                                            f"{t.max_skipped_steps}): the losses do not recover; "
-                                            f"lower trainer.lr or check the data")
-                    self.log(f"warning: {message}; batch skipped (trainer.nonfinite=skip)")
-                    watch.clear()
-                    skipped = True
+                skipped = watch.check(self.world, self.run_dir.checkpoints, self.log)
             if skipped:
                 self.optimizer.zero_grad(set_to_none=True)
             else:
@@ -436,7 +419,6 @@ class Trainer:
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.updates += 1
-                skipped_in_a_row = 0
             lr = self.scheduler.get_last_lr()[0]
             self.scheduler.step()
             weights = self.mix.weights(self.step)

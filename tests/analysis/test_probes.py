@@ -11,7 +11,7 @@ import torch
 from pretextual.analysis.ablate import _probe_inputs
 from pretextual.analysis.probes import (ProbeData, ProbeError, _segments, mlm_probe,
                                         pair_probe_accuracy, run_probes)
-from pretextual.core.data import split_documents
+from pretextual.core.documents import split_documents
 from pretextual.core.prepare import tokenized_corpus
 from pretextual.core.trainer import Trainer
 

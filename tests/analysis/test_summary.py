@@ -8,7 +8,7 @@ import numpy as np
 
 from pretextual.analysis.summary import unigram_accuracy
 from pretextual.cli import main
-from pretextual.core.data import TokenizedDocuments
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.tokenizer import train_wordpiece, vocab_of
 from run_helpers import tiny_overrides, write_topic_task
 

@@ -7,7 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from pretextual.cli import main
-from pretextual.core.config import load_config, objective_options, recipe_names, reference_markdown
+from pretextual.core.config import load_config, objective_options, recipe_names
+from pretextual.core.config_reference import reference_markdown
 from pretextual.core.mix import ObjectiveMix, check_objectives
 from pretextual.core.encoder import preset_config
 from pretextual.core.trainer import Trainer

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pretextual.core.corpus import embedded_corpus, read_corpus, split_sentences
-from pretextual.core.data import Batches, TokenizedDocuments, collate, full_sentences
+from pretextual.core.data import Batches, collate, full_sentences
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.prepare import tokenized_corpus
 from pretextual.core.tokenizer import train_wordpiece, vocab_of
 from pretextual.core.trainer import Trainer

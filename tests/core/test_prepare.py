@@ -14,7 +14,8 @@ from pretextual.cli import main
 from pretextual.core import corpus as corpus_module
 from pretextual.core import prepare as prepare_module
 from pretextual.core.corpus import document_boundary, iter_documents, read_corpus
-from pretextual.core.data import Batches, TokenizedDocuments, full_sentences
+from pretextual.core.data import Batches, full_sentences
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.prepared import open_prepared
 from pretextual.core.tokenizer import train_wordpiece, vocab_of
 from pretextual.core.trainer import Trainer

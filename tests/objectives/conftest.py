@@ -8,7 +8,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from objective_corpora import generated_documents, texts
 from pretextual.core.corpus import Document
-from pretextual.core.data import TokenizedDocuments
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.tokenizer import SPECIAL_TOKENS, train_wordpiece
 from pretextual.plugins.manager import Plugins
 

@@ -15,7 +15,8 @@ import torch
 from tokenizers import Tokenizer
 
 from pretextual.core.corpus import Document
-from pretextual.core.data import TokenizedDocuments, collate, full_sentences, single_segment
+from pretextual.core.data import collate, full_sentences, single_segment
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.encoder import EncoderConfig
 from pretextual.core.tokenizer import has_word_boundaries, vocab_of
 from pretextual.plugins.api import BuildContext, Vocab

@@ -9,7 +9,8 @@ from torch import nn
 
 from objective_corpora import context_for, generated_documents, segments, synthetic_corpus
 from pretextual.core.corpus import Document
-from pretextual.core.data import TokenizedDocuments, collate
+from pretextual.core.data import collate
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.encoder import BertModel, EncoderOutput
 from pretextual.core.mix import check_objectives
 from pretextual.errors import ConfigError, DataError

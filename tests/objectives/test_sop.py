@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from objective_corpora import context_for, generated_documents, segments, synthetic_corpus
-from pretextual.core.data import TokenizedDocuments
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.encoder import BertModel, EncoderOutput
 from pretextual.core.mix import check_objectives
 from pretextual.errors import ConfigError, DataError

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from objective_corpora import changes_only_at, collate_rows, context_for, mask_corpus
-from pretextual.core.data import TokenizedDocuments
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.mix import check_objectives
 from pretextual.core.tokenizer import vocab_of
 from pretextual.errors import ConfigError

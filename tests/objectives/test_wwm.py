@@ -5,7 +5,7 @@ import torch
 from tokenizers import Tokenizer, models, trainers
 
 from objective_corpora import changes_only_at, collate_rows, context_for, mask_corpus, texts
-from pretextual.core.data import TokenizedDocuments
+from pretextual.core.documents import TokenizedDocuments
 from pretextual.core.mix import check_objectives
 from pretextual.core.tokenizer import SPECIAL_TOKENS, vocab_of
 from pretextual.errors import ConfigError
