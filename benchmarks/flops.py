@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks.timing import Samples
-from pretextual.accel.onednn import onednn_linear_active, onednn_linear_op
 
 
 def layer_parameters(hidden: int, intermediate: int) -> int:
@@ -157,39 +156,36 @@ def peaks(samples: dict[str, Samples], meta: dict) -> dict[str, Peak]:
 
 # --- the step's matmuls alone ---------------------------------------------------------------------
 
-def linear_gemms(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, dnn) -> list:
-    """The three GEMMs of a linear layer (forward ``x @ W.T``, backward ``g @ W`` and
-    ``g.T @ x``) as the step issues them: through oneDNN (``dnn``) with the operand
-    layouts pretextual.accel.onednn.linear hands it (its dense copies made here,
-    outside the timing), else through torch.mm as autograd runs them."""
-    if dnn is None:
-        return [lambda: torch.mm(x, w.t()), lambda: torch.mm(g, w), lambda: torch.mm(g.t(), x)]
-    # onednn._mm_nt: the weight gradient copies the smaller of G^T and X^T to dense rows
-    gt, xt = g.t(), x.t()
-    dense, other = (xt.contiguous(), gt) if xt.numel() < gt.numel() else (gt.contiguous(), xt)
-    return [lambda: dnn(x, w, None, "none", [], ""), lambda: dnn(g, w.t(), None, "none", [], ""),
-            lambda: dnn(dense, other, None, "none", [], "")]
+def onednn_linear_op():
+    """oneDNN's linear (``torch.ops.mkldnn._linear_pointwise``) where this torch has it,
+    else None: one more fp32 library whose best rate counts towards the machine's peak."""
+    op = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+    return op if op is not None and torch.backends.mkldnn.is_available() else None
+
+
+def linear_gemms(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> list:
+    """The three GEMMs of a linear layer as autograd runs them: forward ``x @ W.T``,
+    backward ``g @ W`` and ``g.T @ x``."""
+    return [lambda: torch.mm(x, w.t()), lambda: torch.mm(g, w), lambda: torch.mm(g.t(), x)]
 
 
 def step_gemms(layers: int, hidden: int, heads: int, intermediate: int, vocab: int, batch: int,
                seq: int, predictions: int, dtype: torch.dtype, device: torch.device):
     """A case that runs every matmul of one pretextual training step (MLM + NSP) and
-    nothing else, with the step's shapes, operand layouts and GEMM library (oneDNN
-    for fp32 on the CPU where pretextual's linear layers use it, as on AMD CPUs):
-    for each linear layer the forward and both backward products, attention's four
+    nothing else, with the step's shapes and operand layouts (torch's default GEMM, as
+    the model's nn.Linear layers run): for each linear layer the forward and both backward products, attention's four
     batched matmuls forward and backward, and the MLM head at the predicted rows
     only. Returns the FLOPs it ran. Its time is the step's time if everything else
     (elementwise work, casts, softmax, LayerNorm, dropout, the optimizer) took
     none: the ceiling of the step's MFU on this machine."""
     tokens, head_dim = batch * seq, hidden // heads
-    linears = [(tokens, hidden, 3 * hidden), (tokens, hidden, hidden),
-               (tokens, hidden, intermediate), (tokens, intermediate, hidden)] * layers
+    # per layer: query, key, value and the attention output; the feed-forward pair
+    linears = ([(tokens, hidden, hidden)] * 4 + [(tokens, hidden, intermediate),
+                                                 (tokens, intermediate, hidden)]) * layers
     linears += [(predictions, hidden, hidden), (predictions, hidden, vocab), (batch, hidden, hidden),
                 (batch, hidden, 2)]
     make = lambda *shape: torch.randn(*shape, device=device).to(dtype)
-    dnn = (onednn_linear_op() if device.type == "cpu" and dtype == torch.float32
-           and onednn_linear_active() else None)
-    gemms = [mm for m, k, n in linears for mm in linear_gemms(make(m, k), make(n, k), make(m, n), dnn)]
+    gemms = [mm for m, k, n in linears for mm in linear_gemms(make(m, k), make(n, k), make(m, n))]
     q, k, v, p, go = (make(batch * heads, seq, d) for d in (head_dim, head_dim, head_dim, seq, head_dim))
     flops = sum(6.0 * m * k * n for m, k, n in linears) + layers * 12.0 * batch * heads * seq * seq * head_dim
 

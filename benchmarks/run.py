@@ -60,7 +60,7 @@ NOTES = [
     "its examples are padded to the sequence length at tokenization (as its users do); only "
     "real tokens count on both sides.",
     "Inference (3): see `benchmarks/inference.py`; speed-ups are over pretextual's encoder "
-    "in torch eager, the plain model (`torch.inference_mode`, same thread count).",
+    "in torch eager (`torch.inference_mode`, same thread count).",
     "MFU (4): useful model FLOPs per training step (6 x layer parameters per token, attention "
     "scores and their use, the MLM head only at labelled positions, pooler and NSP head per "
     "sequence; nothing for padding or for unlabelled MLM positions) divided by the median step "

@@ -19,7 +19,6 @@ from typing import Callable
 
 import torch
 
-from pretextual.accel.onednn import cpuinfo
 
 
 @dataclass
@@ -57,6 +56,18 @@ Case = Callable[[], float]
 """One unit of a case's work; returns how much work it did (tokens, bytes, 1 for one call).
 A case with a ``timed()`` method instead (benchmarks.isolated.RemoteCase) runs in
 another process and returns its own (seconds, work, CPU seconds)."""
+
+
+def _cpuinfo(key: str) -> str:
+    """The first value of ``key`` in /proc/cpuinfo ("model name"), "" where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def for_at_least(step: Case, seconds: float) -> Case:
@@ -107,7 +118,7 @@ def interleave(cases: dict[str, Case], repeats: int, warmup: int,
 
 
 def cpu_model() -> str:
-    return cpuinfo("model name") or platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def _version(module: str) -> str:

@@ -20,7 +20,7 @@ from benchmarks.timing import for_at_least, interleave
 from benchmarks.isolated import Isolated
 from benchmarks.workloads import (OptimizerSpec, Workspace, hf_config, hf_model, hf_tokenizer,
                                   optimizer_description, synthetic_pair_batch, to_device)
-from pretextual.accel.cpu import keep_freed_memory, kernel_swaps
+from pretextual.accel.allocator import keep_freed_memory
 from pretextual.objectives.masking import IGNORE_INDEX
 
 
@@ -99,20 +99,12 @@ def training_step(ws: Workspace, report: Report) -> None:
     steps in processes of its own: one as its users run it, one given
     pretextual's allocator setting."""
     s, device = ws.sizes, ws.device
-    trainer = ws.trainer("bert", "trainer.cpu_kernels=true")  # MLM + NSP, the default recipe
+    trainer = ws.trainer("bert")  # MLM + NSP, the default recipe
     if trainer.mix.names != ["mlm", "nsp"]:
         raise RuntimeError(f"the bert recipe selects {trainer.mix.names}, expected mlm + nsp")
-    # The same model without the CPU kernels, eager and compiled (compiling takes minutes on a
-    # small CPU: not at the smoke sizes, where test_step_equivalence checks its losses).
-    variants = {"plain": ws.trainer("bert", "trainer.cpu_kernels=false")}
-    if not s.smoke:
-        variants["compiled"] = ws.trainer("bert", "trainer.cpu_kernels=false", "trainer.compile=true")
-    # Each kernel's own gain: the CPU kernels with that one swapped back to its plain class (fp32).
-    ablations = {}
-    for plain, fast in kernel_swaps():
-        t = ws.trainer("bert", "trainer.cpu_kernels=true")
-        if any(type(m) is fast for m in t.model.modules()):
-            ablations[fast.__name__] = (t, without_kernel(t.model, plain, fast))
+    # The same model under torch.compile (compiling takes minutes on a small CPU: not at the
+    # smoke sizes, where test_step_equivalence checks its losses).
+    variants = {} if s.smoke else {"compiled": ws.trainer("bert", "trainer.compile=true")}
     precisions = ws.precisions
     generator = torch.Generator().manual_seed(1)
     masked = trainer.mix.batch_transform(synthetic_pair_batch(s, ws.vocab), generator)
@@ -138,9 +130,6 @@ def training_step(ws: Workspace, report: Report) -> None:
             cases.update({f"pretextual {variant} {p}": pt(p == "bf16", t)
                           for variant, t in variants.items()})
             cases.update({f"{name} {p}": side.case(p) for name, side in sides.items()})
-        if "fp32" in precisions:
-            cases.update({f"pretextual without {k} fp32": pt(False, t)
-                          for k, (t, _) in ablations.items()})
         shapes = F.peak_shapes(tokens, s.hidden, s.intermediate, smoke=s.smoke, device=device)
         gemms, gemm_meta = F.gemm_cases(shapes, device, min_flops=0.0 if s.smoke else 2e10)
         cases.update(gemms)
@@ -171,7 +160,7 @@ def training_step(ws: Workspace, report: Report) -> None:
     flop_ratio = hf_work.flops() / work.flops()
     ceiling = f" (FLOP-ratio ceiling at equal efficiency {flop_ratio:.2f}x)"
     # The headline is like for like: Hugging Face given the one process-wide allocator setting
-    # pretextual's CPU kernels make, which any process can make.
+    # pretextual's Trainer makes on the CPU, which any process can make.
     goals = {"fp32": 3.0, "bf16": 4.0}
     for precision in precisions:
         compare(f"training step, {precision}, like for like: Hugging Face {precision} given "
@@ -182,21 +171,9 @@ def training_step(ws: Workspace, report: Report) -> None:
                 f"NSP, synthetic full batches{', bf16 autocast on both sides' if precision == 'bf16' else ''})",
                 f"pretextual {precision}", f"hf {precision}")
     for precision in precisions:
-        compare(f"training step, {precision}: the plain model (trainer.cpu_kernels=false) against "
-                f"Hugging Face given the allocator setting", f"pretextual plain {precision}",
-                f"hf+alloc {precision}")
-        compare(f"training step, {precision}: the CPU kernels' gain (trainer.cpu_kernels=true over "
-                f"the plain model, same process)", f"pretextual {precision}",
-                f"pretextual plain {precision}")
         if "compiled" in variants:
-            compare(f"training step, {precision}: torch.compile of the plain model over the plain "
-                    f"model in eager", f"pretextual compiled {precision}",
-                    f"pretextual plain {precision}")
-    for name, (_, plain_name) in ablations.items():
-        if "fp32" in precisions:
-            compare(f"training step, fp32: {name}'s gain (the CPU kernels over the CPU kernels "
-                    f"with {plain_name} in its place)", "pretextual fp32",
-                    f"pretextual without {name} fp32")
+            compare(f"training step, {precision}: torch.compile of the model over the model in "
+                    f"eager", f"pretextual compiled {precision}", f"pretextual {precision}")
     if "hf+alloc fp32" in rate:
         compare("training step, fp32: the allocator setting's gain, measured on Hugging Face "
                 "(its process given the setting over one without)", "hf+alloc fp32", "hf fp32")
@@ -257,7 +234,7 @@ def training_step(ws: Workspace, report: Report) -> None:
         f"optim=\"adamw_torch_fused\"). Hugging Face attention: "
         f"{hf_config(s, ws.vocab)._attn_implementation}. Processes: pretextual steps in the "
         f"benchmark's process, where its Trainer sets glibc's malloc to keep freed memory for "
-        f"reuse (pretextual.accel.cpu.keep_freed_memory); Hugging Face steps in two spawned "
+        f"reuse (pretextual.accel.allocator.keep_freed_memory); Hugging Face steps in two spawned "
         f"processes of its own (benchmarks/isolated.py), 'hf' with glibc's defaults as its users "
         f"run it and 'hf+alloc' with the same setting as pretextual; all cases interleaved round "
         f"by round, each timed in its own process.",
@@ -271,15 +248,6 @@ def training_step(ws: Workspace, report: Report) -> None:
             f"{k} {samples[k].spread()[0]:,.0f}-{samples[k].spread()[1]:,.0f}" for k in rate) + ".",
         cpu_share_line(samples, rate),
     ]
-
-
-def without_kernel(model, plain: type, fast: type) -> str:
-    """Swap one CPU kernel of ``model`` back to its plain class (the other kernels stay);
-    the plain class's name."""
-    for module in model.modules():
-        if type(module) is fast:
-            module.__class__ = plain
-    return plain.__name__
 
 
 def cpu_share_line(samples, names) -> str:

@@ -90,8 +90,6 @@ class TrainerConfig:
     """Run the forward pass under bf16 autocast."""
     compile: bool = False
     """Compile the encoder with torch.compile (the standard path on a GPU): the same losses as eager; compiling takes the first step."""
-    cpu_kernels: Optional[bool] = None
-    """The CPU kernels (pretextual[cpu]: compiled dropout, fused QKV and MLM loss, oneDNN linear layers on AMD): true, false, or unset: on for an uncompiled CPU run when installed."""
     eval_every: int = 250
     """Evaluate on the held-out split every N steps (and at the end); 0 only at the end."""
     eval_batches: int = 10

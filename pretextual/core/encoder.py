@@ -4,7 +4,7 @@ Module and parameter names follow Hugging Face's ``BertModel`` exactly, so a
 state dict moves between the two without renaming or reshaping and the same
 weights give the same outputs. Attention is ``F.scaled_dot_product_attention``,
 which picks a flash or memory-efficient kernel where the device has one.
-Accelerations (torch.compile, the CPU kernels) are applied to a built model
+Accelerations (torch.compile) are applied to a built model
 from outside, by :mod:`pretextual.accel`; nothing here depends on the device.
 """
 

@@ -116,8 +116,7 @@ class Trainer:
 
         torch.manual_seed(cfg.trainer.seed)
         self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
-        self.accelerations = accelerate(self.model, self.model.bert, self.device.type,
-                                        cfg.trainer.compile, cfg.trainer.cpu_kernels, self.log)
+        self.accelerations = accelerate(self.model.bert, self.device.type, cfg.trainer.compile)
         self.forward = MixForward(self.model, self.mix)
         if cfg.trainer.fsdp and self.world.enabled:
             # FSDP2: each layer's parameters, gradients and optimizer state sharded over ranks.

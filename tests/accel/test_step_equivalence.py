@@ -1,11 +1,8 @@
-"""The training step with the CPU kernels, and the plain one, give the same losses as a
-straightforward one, and as each other.
+"""The Trainer's training step, eager and under torch.compile, gives the same losses as
+a straightforward one.
 
-"Plain" is the Trainer's model with trainer.cpu_kernels=false: nn.Linear, SDPA, the MLM
-loss as F.cross_entropy at the labelled positions. "Accelerated" is the same model with
-the CPU kernels swapped in (fused QKV GEMM, oneDNN linear layers on AMD CPUs, the
-attention mask dropped when nothing is padded, the fused MLM loss). "Straightforward"
-is written out below in plain torch: separate Q/K/V projections, explicit softmax
+The Trainer's model is nn.Linear, SDPA and the MLM loss as F.cross_entropy at the
+labelled positions. "Straightforward" is written out below in plain torch: separate Q/K/V projections, explicit softmax
 attention with a boolean mask, MLM logits at every position with ``ignore_index``, the
 per-parameter (for-loop) AdamW. Same weights, same batches, dropout off; losses are
 compared step after step (so gradients and optimizer updates are compared too), and
@@ -102,7 +99,7 @@ class Straightforward:
 
 
 def full_batch(trainer: Trainer, seed: int = 0):
-    """A batch with no padding at all (the path where attention drops its mask)."""
+    """A batch with no padding at all (attention's mask all true)."""
     vocab, rows, length = trainer.vocab, 8, 32
     g = torch.Generator().manual_seed(seed)
     ordinary = vocab.ordinary_ids()
@@ -125,68 +122,24 @@ def batches(trainer: Trainer, kind: str):
     return [full_batch(trainer, seed) for seed in range(STEPS)]
 
 
-KERNELS = ["plain", "cpu"]
-
-
-def _needs(kernels: str) -> None:
-    if kernels == "cpu":
-        pytest.importorskip("numba", reason="the CPU kernels are the pretextual[cpu] extra")
-
-
 @pytest.fixture
 def trainer(tiny_config):
-    def make(kernels: str, *overrides):
-        _needs(kernels)
-        setting = "true" if kernels == "cpu" else "false"
-        return Trainer(tiny_config("bert", *NO_DROPOUT, f"trainer.cpu_kernels={setting}",
-                                   *overrides), log=lambda *_: None)
+    def make(*overrides):
+        return Trainer(tiny_config("bert", *NO_DROPOUT, *overrides), log=lambda *_: None)
     return make
 
 
-@pytest.fixture
-def onednn_forced():
-    """force(True/False): oneDNN's linear layers on or off for the test (skipped where this
-    torch has none); the default choice is restored after."""
-    _needs("cpu")
-    from pretextual.accel import onednn
-
-    def force(enabled: bool) -> None:
-        onednn.set_onednn_linear(enabled)
-        if enabled and not onednn.onednn_linear_active():
-            pytest.skip("this torch has no usable oneDNN linear")
-    yield force
-    onednn.set_onednn_linear(None)
-
-
-def test_the_cpu_kernels_are_swapped_in_with_the_same_parameters(trainer):
-    plain, fast = trainer("plain"), trainer("cpu")
-    assert set(fast.model.state_dict()) == set(plain.model.state_dict())
-    for (name, a), (_, b) in zip(plain.model.state_dict().items(), fast.model.state_dict().items()):
-        assert torch.equal(a, b), name  # the same initialisation: the swap changed no weight
-    classes = {type(m).__name__ for m in fast.model.modules()}
-    assert {"CPUSelfAttention", "CPUEncoder", "FusedMLMHead", "Dropout"} <= classes
-    assert "CPUSelfAttention" not in {type(m).__name__ for m in plain.model.modules()}
-    assert any(a.startswith("CPU kernels") for a in fast.accelerations)
-    assert plain.accelerations == []
-
-
 @pytest.mark.parametrize("kind", ["padded", "full"])
-@pytest.mark.parametrize("kernels", KERNELS)
-def test_the_step_gives_the_straightforward_losses_fp32(trainer, kernels, kind, monkeypatch):
-    if kernels == "cpu":
-        from pretextual.accel import fused_loss
-        # Several row chunks in the fused MLM loss, as with a real vocabulary.
-        monkeypatch.setattr(fused_loss, "CHUNK_BYTES", 4 * 300 * 5)
-    t = trainer(kernels)
+def test_the_step_gives_the_straightforward_losses_fp32(trainer, kind):
+    t = trainer()
     reference = Straightforward(t)
     for batch in batches(t, kind):
         got, expected = optimised_step(t, batch, False), reference.step(batch, False)
         assert got == pytest.approx(expected, rel=1e-5, abs=1e-5)
 
 
-@pytest.mark.parametrize("kernels", KERNELS)
-def test_the_step_gives_the_straightforward_losses_bf16(trainer, kernels):
-    t = trainer(kernels)
+def test_the_step_gives_the_straightforward_losses_bf16(trainer):
+    t = trainer()
     reference = Straightforward(t)
     for batch in batches(t, "padded"):
         got, expected = optimised_step(t, batch, True), reference.step(batch, True)
@@ -194,14 +147,8 @@ def test_the_step_gives_the_straightforward_losses_bf16(trainer, kernels):
         assert got == pytest.approx(expected, rel=2e-2)
 
 
-@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "f.linear"])
-def test_accelerated_gradients_match_the_straightforward_ones(trainer, onednn_forced, onednn):
-    onednn_forced(onednn)
-    check_gradients(trainer("cpu"))
-
-
-def test_plain_gradients_match_the_straightforward_ones(trainer):
-    check_gradients(trainer("plain"))
+def test_the_gradients_match_the_straightforward_ones(trainer):
+    check_gradients(trainer())
 
 
 def check_gradients(t: Trainer) -> None:
@@ -219,20 +166,9 @@ def check_gradients(t: Trainer) -> None:
         assert (p.grad - expected).abs().max() / scale < 1e-4, name
 
 
-@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "f.linear"])
-@pytest.mark.parametrize("kind", ["padded", "full"])
-def test_the_accelerated_step_gives_the_plain_losses(trainer, onednn_forced, onednn, kind):
-    onednn_forced(onednn)
-    fast, plain = trainer("cpu"), trainer("plain")
-    for batch in batches(plain, kind):
-        got = optimised_step(fast, batch, False)
-        assert got == pytest.approx(optimised_step(plain, batch, False), rel=1e-5, abs=1e-5)
-
-
-@pytest.mark.parametrize("kernels", KERNELS)
-def test_same_losses_as_hugging_face_bert_for_pretraining(trainer, kernels):
+def test_same_losses_as_hugging_face_bert_for_pretraining(trainer):
     transformers = pytest.importorskip("transformers")
-    t = trainer(kernels)
+    t = trainer()
     c = t.encoder_config
     hf = transformers.BertForPreTraining(transformers.BertConfig(
         **{**c.to_dict(), "attn_implementation": "sdpa"})).train()
@@ -263,7 +199,7 @@ def test_same_losses_as_hugging_face_bert_for_pretraining(trainer, kernels):
 
 def test_compiled_encoder_gives_the_same_losses(trainer):
     """trainer.compile=true (torch.compile of the plain encoder) gives the same losses as eager."""
-    eager, compiled = trainer("plain"), trainer("plain", "trainer.compile=true")
+    eager, compiled = trainer(), trainer("trainer.compile=true")
     # nn.Module.compile() keeps the module and stores the compiled call beside it.
     assert compiled.model.bert._compiled_call_impl is not None
     assert eager.model.bert._compiled_call_impl is None
@@ -276,4 +212,4 @@ def test_compiled_encoder_gives_the_same_losses(trainer):
             pytest.skip(f"torch.compile unavailable here: {type(exc).__name__}")
         raise
     assert set(compiled.model.state_dict()) == set(eager.model.state_dict())
-    assert compiled.accelerations == ["torch.compile"]
+    assert compiled.accelerations[-1] == "torch.compile"
