@@ -9,7 +9,8 @@ sequence length), its default learning rate and the default share of warm-up ste
 Hugging Face: ``BertForMaskedLM`` + ``DataCollatorForLanguageModeling`` (mlm_probability
 0.15) + ``transformers.Trainer`` on line-by-line examples (one sentence each, as run_mlm.py
 --line_by_line builds them), in a process of its own; the same tokenizer, batch size,
-learning rate, warm-up share, linear decay, AdamW settings and gradient clipping.
+warm-up share, linear decay, AdamW settings and gradient clipping, and a learning rate of
+its own (HF_LR).
 
 Each side first measures its seconds per step (a short run of its own, thrown away), so
 that its learning-rate schedule ends at the budget, then trains from a fresh model. Its
@@ -60,6 +61,10 @@ WARMUP_SHARE = _default_warmup_share()
 """pretextual's default trainer.warmup_steps over its default trainer.max_steps."""
 EVAL_SEEDS = 3
 SMOKE_EVAL_SEEDS = 1
+HF_LR = 5e-4
+"""Hugging Face's peak learning rate (RoBERTa's, for a model this size). At pretextual's
+3e-3 its line-by-line training collapsed the encoder below the untrained one's probe score
+(docs/benchmarks.md), which leaves no final score to race to."""
 
 
 # --- the pure logic ---------------------------------------------------------------------------
@@ -393,7 +398,8 @@ def time_to_quality(ws: Workspace, report: Report) -> None:
     ours = pretextual_side(ws, budget, fractions, measure)
     hf_out = Path(tempfile.mkdtemp(prefix="hf-mlm-", dir=ws.root))
     settings = {"out": str(hf_out), "budget": budget, "fractions": fractions, "measure": measure,
-                **{k: ours[k] for k in ("lr", "betas", "eps", "weight_decay", "max_grad_norm")}}
+                **{k: ours[k] for k in ("betas", "eps", "weight_decay", "max_grad_norm")},
+                "lr": HF_LR}
     say(f"Hugging Face (BertForMaskedLM, transformers.Trainer), {budget:.0f} s")
     with Isolated("benchmarks.quality:hf_quality_side", s, ws.device, ws.root, settings,
                   threads=torch.get_num_threads()) as side:
@@ -467,7 +473,8 @@ def add_rows(report: Report, sides: dict, score: dict, result: dict, budget: flo
         f"{theirs['optim']}, {theirs['scheduler']} schedule): {theirs['steps']} steps of "
         f"{theirs['max_steps']} ({theirs['warmup']} warm-up), sized from "
         f"{theirs['seconds_per_step']:.3f} s a step; {theirs['examples']:,} line-by-line examples. "
-        f"Both: lr {ours['lr']}, AdamW betas {ours['betas']}, eps {ours['eps']}, weight decay "
+        f"Learning rate: pretextual {ours['lr']}, Hugging Face {HF_LR} (at 3e-3 its encoder "
+        f"collapsed). Both: AdamW betas {ours['betas']}, eps {ours['eps']}, weight decay "
         f"{ours['weight_decay']}, clipping {ours['max_grad_norm']}, linear decay to 0 at the "
         f"schedule's end. Downstream: `pretextual evaluate` probe of {TASK} "
         f"({result['n']} examples, grouped 5-fold cross-validation, {seeds} seed(s)); other "
