@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import functools
 import json
 import os
@@ -180,6 +181,8 @@ def _positive(kind: type):
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand; each sets ``func``, the cmd_* function that runs it."""
     parser = argparse.ArgumentParser(prog="pretextual", description=__doc__)
+    parser.add_argument("--version", action="version",
+                        version=f"pretextual {importlib.metadata.version('pretextual')}")
     parser.add_argument("--strict-plugins", action="store_true", help=STRICT_PLUGINS_HELP)
     # Also accepted after the subcommand. SUPPRESS: a subcommand not given the flag keeps
     # the value parsed before it (argparse copies a subparser's defaults over it).

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from pretextual.core.config_checks import validate
@@ -245,6 +245,10 @@ def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         if "=" not in item:
             raise ConfigError(f"{item}: expected key=value (or ~key to delete)")
         key, value = item.split("=", 1)
+        if isinstance(OmegaConf.select(cfg, key, default=None), ListConfig) \
+                and value.strip() and not value.strip().startswith("["):
+            raise ConfigError(f"{key}: takes a list, written in brackets: {key}=[{value}] "
+                              f"(several: {key}=[a,b])")
         try:
             dotlist = OmegaConf.from_dotlist([f"{key}={value}"])
             cfg = OmegaConf.merge(cfg, dotlist)

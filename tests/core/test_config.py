@@ -61,6 +61,8 @@ def test_yaml_file_and_delete_override(tmp_path):
     (["data.max_seq_length=1024"], r"data\.max_seq_length \(1024\) exceeds"),
     (["~objectives.mlm"], r"objectives: no objective selected"),
     (["notakey"], r"notakey: expected key=value"),
+    (["plugins.modules=my_mod"], r"^plugins\.modules: takes a list, written in brackets: "
+                                 r"plugins\.modules=\[my_mod\] \(several: plugins\.modules=\[a,b\]\)$"),
     (["trainer.log_every=0"], r"trainer\.log_every must be positive, got 0"),
     (["trainer.lr=-1e-3"], r"trainer\.lr must not be negative"),
     (["trainer.eval_every=-1"], r"trainer\.eval_every must not be negative"),
