@@ -334,18 +334,24 @@ def test_a_corrupt_cache_header_is_rebuilt(corpus_file, tmp_path, capsys):
     assert f"pretextual: warning: rebuilding damaged cache {tokens.parent}" in capsys.readouterr().err
 
 
+def resumes_from_step_1_skipping(capsys, argv: list[str], out: Path, reason: str) -> None:
+    """``--resume`` of the run in ``out`` skips its newest checkpoint (step 2) for
+    ``reason`` and resumes at step 1."""
+    capsys.readouterr()
+    assert main(argv + ["--resume"]) == 0
+    captured = capsys.readouterr()
+    assert f"pretextual: warning: skipping checkpoint: {reason}" in captured.err
+    assert f"resumed from {out / 'checkpoints' / 'step-0000001'} at step 1" in captured.out
+
+
 def test_a_corrupt_checkpoint_header_falls_back_to_the_one_before(saved, corpus_file, cache_dir,
                                                                   capsys):
     out, _ = saved
     model = out / "checkpoints" / "step-0000002" / "model.safetensors"
     data = model.read_bytes()
     model.write_bytes(data[:8] + b"{" * 16 + data[24:])
-    capsys.readouterr()
-    assert main(train(corpus_file, cache_dir, out, steps=2) + ["--resume"]) == 0
-    captured = capsys.readouterr()
-    assert (f"pretextual: warning: skipping checkpoint: {model}: corrupt (sha256 does not match "
-            f"trainer.json)") in captured.err
-    assert f"resumed from {model.parent.parent / 'step-0000001'} at step 1" in captured.out
+    resumes_from_step_1_skipping(capsys, train(corpus_file, cache_dir, out, steps=2), out,
+                                 f"{model}: corrupt (sha256 does not match trainer.json)")
 
 
 def test_checkpoint_metadata_edited_or_inconsistent_falls_back_to_the_one_before(
@@ -355,12 +361,9 @@ def test_checkpoint_metadata_edited_or_inconsistent_falls_back_to_the_one_before
     state = newest / "trainer.json"
     meta = json.loads(state.read_text())
     state.write_text(json.dumps({**meta, "step": 5}, indent=1))  # an edit by hand
-    capsys.readouterr()
-    assert main(train(corpus_file, cache_dir, out, steps=2) + ["--resume"]) == 0
-    captured = capsys.readouterr()
-    assert (f"pretextual: warning: skipping checkpoint: {state}: corrupt (its content does not "
-            f"match its meta_sha256: edited or damaged)") in captured.err
-    assert f"resumed from {out / 'checkpoints' / 'step-0000001'} at step 1" in captured.out
+    resumes_from_step_1_skipping(capsys, train(corpus_file, cache_dir, out, steps=2), out,
+                                 f"{state}: corrupt (its content does not match its meta_sha256: "
+                                 f"edited or damaged)")
 
     # With the checksum made to match, the step still has to be the directory's.
     meta = {**json.loads(state.read_text()), "step": 5}
