@@ -101,7 +101,8 @@ def cmd_plugins(args) -> int:
 def cmd_export(args) -> int:
     from pretextual.exporters.export import export_checkpoint
     from pretextual.plugins.manager import Plugins
-    export_checkpoint(args.source, args.out, args.format, with_heads=args.with_heads,
+    export_checkpoint(args.source, args.out, args.format,
+                      with_heads=False if args.encoder_only else None,
                       quantize=args.quantize, force=args.force,
                       plugins=Plugins(strict=args.strict_plugins))
     return 0
@@ -238,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated exporters (default: safetensors,onnx)")
     export.add_argument("--quantize", metavar="SCHEME",
                         help="also write a quantized model (onnx: int8)")
-    export.add_argument("--with-heads", action="store_true",
-                        help="also write the pretraining heads (Hugging Face names where they exist)")
+    export.add_argument("--encoder-only", action="store_true",
+                        help="write the encoder alone (default: the pretraining heads too, under "
+                             "Hugging Face's names where they exist, in the formats that store heads)")
     export.add_argument("--force", action="store_true",
                         help="replace DIR if it exists and is not empty (once the new export is complete)")
     export.set_defaults(func=cmd_export)

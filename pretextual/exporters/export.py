@@ -52,14 +52,18 @@ class ExportReport:
 
 
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
-                      formats: str | Sequence[str] = DEFAULT_FORMATS, *, with_heads: bool = False,
-                      quantize: str | None = None, force: bool = False, plugins=None,
+                      formats: str | Sequence[str] = DEFAULT_FORMATS, *,
+                      with_heads: bool | None = None, quantize: str | None = None,
+                      force: bool = False, plugins=None,
                       log: Callable[[str], None] = print) -> ExportReport:
     """Export a checkpoint (or a run directory's newest checkpoint) to ``out_dir``
     in each of ``formats`` (names of registered exporters, or one comma-separated string).
 
     ``out_dir`` gets config.json and the tokenizer files, each format's files and
-    export.json (the summary, with every verification number). An existing
+    export.json (the summary, with every verification number). ``with_heads``: None
+    writes the pretraining heads with the formats that can (so transformers' MLM
+    classes get the trained head, not a random one), False the encoder alone, True
+    the heads or an error when no selected format writes them. An existing
     non-empty ``out_dir`` is replaced only with ``force``, and only once the new
     export is complete. Raises PretextualError (CheckpointError, PluginError)
     with one line for a bad checkpoint, directory, format or option.
@@ -73,6 +77,8 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path,
     if not specs:
         raise PretextualError("export: no format selected (e.g. --format safetensors,onnx)")
     _check_options(specs, with_heads, quantize, plugins)
+    if with_heads is None:
+        with_heads = any(s.heads for s in specs)
     ckpt = find_checkpoint(checkpoint)
     out_dir = Path(out_dir)
     _check_out_dir(out_dir, ckpt.path, force)
@@ -129,7 +135,8 @@ def _write_export(out_dir: Path, model: ExportedModel, specs: list[ExporterSpec]
 @hookimpl(tryfirst=True)
 def pretextual_on_train_end(metrics, trainer):
     """The built-in final export: the last checkpoint in each of trainer.export's formats,
-    to <output_dir>/export (before any other plugin's end of training, which may read it)."""
+    heads included where the format writes them, to <output_dir>/export (before any other
+    plugin's end of training, which may read it)."""
     if trainer.export_formats:
         export_checkpoint(trainer.final_checkpoint, trainer.out / "export", trainer.export_formats,
                           force=True, plugins=trainer.plugins, log=trainer.log)
@@ -147,11 +154,12 @@ def write_common_files(model: ExportedModel, out_dir: Path, with_heads: bool) ->
     return list(files)
 
 
-def _check_options(specs: list[ExporterSpec], with_heads: bool, quantize: str | None, plugins) -> None:
+def _check_options(specs: list[ExporterSpec], with_heads: bool | None, quantize: str | None,
+                   plugins) -> None:
     names = ", ".join(s.name for s in specs)
     if with_heads and not any(s.heads for s in specs):
         able = sorted(n for n, s in plugins.exporters.items() if s.heads)
-        raise PretextualError(f"--with-heads: none of the selected formats ({names}) writes heads "
+        raise PretextualError(f"with_heads=True: none of the selected formats ({names}) writes heads "
                               f"(formats that do: {', '.join(able) or 'none'})")
     if quantize and not any(quantize in s.quantize for s in specs):
         able = sorted(n for n, s in plugins.exporters.items() if quantize in s.quantize)

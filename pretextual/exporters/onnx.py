@@ -2,7 +2,9 @@
 
 Inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64,
 ``batch_size x sequence_length``, all three required: the exported tokenizer
-produces them); outputs ``last_hidden_state`` and ``pooler_output``. Opset
+produces them); outputs ``last_hidden_state`` and ``pooler_output``: the
+encoder's features, what onnxruntime serving (embeddings, a task head of one's
+own) reads, so the pretraining heads are never in the graph. Opset
 pinned to :data:`OPSET`; one file below 2 GB of weights, external data above.
 
 Every export checks itself: ``onnx.checker`` with ``full_check``, then

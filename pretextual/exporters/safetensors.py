@@ -1,12 +1,12 @@
 """The safetensors exporter: a directory Hugging Face transformers loads as it is.
 
-``model.safetensors`` holds the encoder under BertModel's key names, so
-``AutoModel.from_pretrained(DIR)`` finds every encoder weight. With heads, the
-encoder moves under ``bert.`` and the MLM and NSP heads become
-``cls.predictions.*`` and ``cls.seq_relationship.*`` (BertForPreTraining's
-layout; the MLM decoder is tied to the word embeddings, so it is not stored,
-as transformers stores it). Heads with no Hugging Face counterpart go to
-``pretextual_heads.safetensors`` under their own names.
+With heads (the default), ``model.safetensors`` is laid out as BertForPreTraining:
+the encoder under ``bert.`` and the MLM and NSP heads as ``cls.predictions.*`` and
+``cls.seq_relationship.*`` (the MLM decoder is tied to the word embeddings, so it is
+not stored, as transformers stores it); ``AutoModel.from_pretrained(DIR)`` still
+finds every encoder weight and ignores the heads. Heads with no Hugging Face
+counterpart go to ``pretextual_heads.safetensors`` under their own names. The
+encoder alone is stored under BertModel's key names.
 """
 
 from __future__ import annotations

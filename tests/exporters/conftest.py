@@ -40,10 +40,10 @@ def sop_run(tmp_path_factory, corpus_file, cache_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def full_export(mlm_run, tmp_path_factory):
-    """(directory, report) of the MLM run exported in both formats, with heads and int8."""
+    """(directory, report) of the MLM run exported in both formats (heads by default) and int8."""
     out = tmp_path_factory.mktemp("full") / "export"
-    report = export_checkpoint(mlm_run, out, ["safetensors", "onnx"], with_heads=True,
-                               quantize="int8", log=lambda *a: None)
+    report = export_checkpoint(mlm_run, out, ["safetensors", "onnx"], quantize="int8",
+                               log=lambda *a: None)
     return out, report
 
 
@@ -51,5 +51,5 @@ def full_export(mlm_run, tmp_path_factory):
 def encoder_export(mlm_run, tmp_path_factory) -> Path:
     """The MLM run exported as an encoder only (safetensors, no heads)."""
     out = tmp_path_factory.mktemp("encoder") / "export"
-    export_checkpoint(mlm_run, out, ["safetensors"], log=lambda *a: None)
+    export_checkpoint(mlm_run, out, ["safetensors"], with_heads=False, log=lambda *a: None)
     return out

@@ -79,7 +79,8 @@ def test_unknown_format_and_unsupported_options(mlm_run, tmp_path):
     with pytest.raises(PretextualError, match=r"--quantize int8: none of the selected formats "
                                               r"\(safetensors\) supports it \(formats that do: onnx\)"):
         export_checkpoint(mlm_run, tmp_path / "out", ["safetensors"], quantize="int8", log=quiet)
-    with pytest.raises(PretextualError, match=r"--with-heads: none of the selected formats \(onnx\)"):
+    with pytest.raises(PretextualError, match=r"with_heads=True: none of the selected formats "
+                                              r"\(onnx\) writes heads \(formats that do: safetensors\)"):
         export_checkpoint(mlm_run, tmp_path / "out", ["onnx"], with_heads=True, log=quiet)
     assert not (tmp_path / "out").exists()
 
@@ -137,10 +138,16 @@ def test_cli_errors_are_one_line(mlm_run, tmp_path, capsys):
 
 def test_cli_export(mlm_run, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["export", str(mlm_run), "--out", str(out), "--format", "safetensors",
-                 "--with-heads"]) == 0
+    assert main(["export", str(mlm_run), "--out", str(out), "--format", "safetensors"]) == 0
     printed = capsys.readouterr().out
     assert f"exported step 3 of {checkpoint_of(mlm_run)}" in printed
     assert "hidden-state max abs diff 0.0e+00" in printed and "head mlm -> cls.predictions.*" in printed
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     assert main(["export", str(mlm_run), "--out", str(out), "--format", "safetensors"]) == 2
-    assert main(["export", str(mlm_run), "--out", str(out), "--format", "safetensors", "--force"]) == 0
+    assert main(["export", str(mlm_run), "--out", str(out), "--format", "safetensors", "--force",
+                 "--encoder-only"]) == 0
+    assert "head mlm" not in capsys.readouterr().out
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]
+    trained = load_file(str(checkpoint_of(mlm_run) / "model.safetensors"))
+    encoder = {k[len("bert."):] for k in trained if k.startswith("bert.")}  # BertModel's names
+    assert set(load_file(str(out / "model.safetensors"))) == encoder and len(encoder) == 39

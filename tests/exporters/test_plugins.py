@@ -57,6 +57,26 @@ def test_third_party_exporter_takes_part(mlm_run, tmp_path, plugin_module):
     assert json.loads((out / "export.json").read_text())["formats"]["sizes"]["metrics"] == {"hidden": 128}
 
 
+def test_the_default_asks_heads_only_of_formats_that_write_them(mlm_run, tmp_path, plugin_module):
+    def export(model, out_dir, options):
+        (out_dir / "heads.txt").write_text(str(options.with_heads))
+        return ExportSummary(files=["heads.txt"])
+
+    plugins = plugin_module(export)  # "sizes" is registered with heads=False
+    out = tmp_path / "out"
+    export_checkpoint(mlm_run, out, ["sizes"], plugins=plugins, log=lambda *a: None)
+    assert (out / "heads.txt").read_text() == "False"
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]
+    with pytest.raises(PretextualError, match=r"^with_heads=True: none of the selected formats "
+                                              r"\(sizes\) writes heads \(formats that do: safetensors\)$"):
+        export_checkpoint(mlm_run, tmp_path / "other", ["sizes"], with_heads=True, plugins=plugins,
+                          log=lambda *a: None)
+    export_checkpoint(mlm_run, out, ["safetensors", "sizes"], force=True, plugins=plugins,
+                      log=lambda *a: None)
+    assert (out / "heads.txt").read_text() == "True"
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+
+
 def test_a_failing_exporter_leaves_the_old_export_whole(mlm_run, tmp_path, plugin_module):
     out = tmp_path / "out"
     export_checkpoint(mlm_run, out, ["safetensors"], log=lambda *a: None)

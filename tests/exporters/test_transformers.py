@@ -103,7 +103,7 @@ def test_sequence_classification_loads_encoder_and_fine_tunes(encoder_export):
     assert losses[-1] < 0.5 * losses[0], losses
 
 
-def test_with_heads_mlm_logits_and_fill_mask(full_export, mlm_run):
+def test_default_export_mlm_logits_and_fill_mask(full_export, mlm_run):
     out, _ = full_export
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     ours = reference_model(mlm_run)
@@ -127,16 +127,17 @@ def test_with_heads_mlm_logits_and_fill_mask(full_export, mlm_run):
 
 
 def exported_with_heads(run_dir, out, auto_class, architecture):
-    """The run exported with its heads, loaded by ``auto_class`` with every key matched."""
+    """The run exported (with its heads, by default), loaded by ``auto_class`` with every
+    key matched."""
     from pretextual.exporters.export import export_checkpoint
-    export_checkpoint(run_dir, out, ["safetensors"], with_heads=True, log=lambda *a: None)
+    export_checkpoint(run_dir, out, ["safetensors"], log=lambda *a: None)
     assert json.loads((out / "config.json").read_text())["architectures"] == [architecture]
     model, info = auto_class.from_pretrained(out, output_loading_info=True)
     assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
     return model
 
 
-def test_with_heads_nsp_becomes_seq_relationship(nsp_run, tmp_path):
+def test_nsp_becomes_seq_relationship(nsp_run, tmp_path):
     out = tmp_path / "export"
     model = exported_with_heads(nsp_run, out, AutoModelForPreTraining, "BertForPreTraining")
     ours = reference_model(nsp_run)
@@ -148,6 +149,29 @@ def test_with_heads_nsp_becomes_seq_relationship(nsp_run, tmp_path):
         assert (theirs.seq_relationship_logits - nsp).abs().max() <= HIDDEN_TOLERANCE
         assert (theirs.prediction_logits - mlm).abs().max() <= HEADS_TOLERANCE
     assert not (out / "pretextual_heads.safetensors").exists()
+
+
+def test_the_export_at_the_end_of_training_holds_the_trained_mlm_head(corpus_file, cache_dir,
+                                                                      tmp_path):
+    from pretextual.core.config import load_config
+    from pretextual.core.trainer import Trainer
+    from run_helpers import tiny_overrides
+    run = tmp_path / "run"
+    Trainer(load_config("roberta", tiny_overrides(corpus_file, cache_dir, run, 3)
+                        + ["trainer.export=safetensors"]), log=lambda *a: None).train()
+    export = run / "export"
+    assert json.loads((export / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+    masked_lm, info = AutoModelForMaskedLM.from_pretrained(export, output_loading_info=True)
+    assert info["missing_keys"] == set() and info["mismatched_keys"] == set()
+    encoder, info = AutoModel.from_pretrained(export, output_loading_info=True)
+    assert info["missing_keys"] == set()  # the heads are there, and ignored
+    ours = reference_model(run)
+    for batch in batches(run):
+        with torch.no_grad():
+            hidden = ours.bert(**batch).last_hidden_state
+            expected = ours.heads["mlm"](hidden)
+            assert (masked_lm(**batch).logits - expected).abs().max() <= HIDDEN_TOLERANCE
+            assert (encoder(**batch).last_hidden_state - hidden).abs().max() <= HIDDEN_TOLERANCE
 
 
 def test_an_nsp_only_export_is_bert_for_next_sentence_prediction(corpus_file, cache_dir, tmp_path):
