@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pretextual.errors import (CheckpointError, DataError, EvaluationError, PluginRunError,
@@ -31,12 +32,15 @@ def _load(args) -> DictConfig:
 
 
 def cmd_train(args) -> int:
+    from pretextual.core.config import DEFAULT_RECIPE
     from pretextual.core.distributed import leave_process_group, shutdown
     from pretextual.core.trainer import Trainer
     from pretextual.plugins.manager import Plugins
+    source, _ = _split_config_args(args.args)
     cfg = _load(args)
     try:
-        trainer = Trainer(cfg, Plugins.from_config(cfg, strict=args.strict_plugins), resume=args.resume)
+        trainer = Trainer(cfg, Plugins.from_config(cfg, strict=args.strict_plugins),
+                          resume=args.resume, run_name=Path(source or DEFAULT_RECIPE).stem)
     except BaseException:
         leave_process_group()  # joined while the trainer was set up: leave it cleanly
         raise
@@ -179,6 +183,21 @@ def _positive(kind: type):
     return parse
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose epilog may be a function, called only when help is shown (train's
+    lists every config key, which costs imports no other command should pay)."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
+def _keys_help() -> str:
+    from pretextual.core.config_reference import keys_help
+    return keys_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand; each sets ``func``, the cmd_* function that runs it."""
     parser = argparse.ArgumentParser(prog="pretextual", description=__doc__)
@@ -190,15 +209,17 @@ def build_parser() -> argparse.ArgumentParser:
     strict = argparse.ArgumentParser(add_help=False)
     strict.add_argument("--strict-plugins", action="store_true", default=argparse.SUPPRESS,
                         help=STRICT_PLUGINS_HELP)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     add_command = functools.partial(sub.add_parser, parents=[strict])
     config_help = "a recipe (bert, roberta, albert, spanbert) or a YAML file, then key=value overrides"
 
-    train = add_command("train", help="pretrain an encoder")
+    train = add_command("train", help="pretrain an encoder", epilog=_keys_help,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("args", nargs="*", metavar="[CONFIG] key=value", help=config_help)
     train.add_argument("--resume", action="store_true",
-                       help="continue from the newest good checkpoint in trainer.output_dir")
-    train.set_defaults(func=cmd_train)
+                       help="continue from the newest good checkpoint in trainer.output_dir "
+                            "(unset: the run runs/latest points at)")
+    train.set_defaults(func=cmd_train, overrides_into="args")
 
     prepare = add_command("prepare", help="tokenize a corpus once into memory-mapped shards "
                           "(for corpora larger than memory; train with data.prepared=DIR)")
@@ -225,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("args", nargs="*", metavar="[CONFIG] key=value", help=config_help)
     config.add_argument("--reference", action="store_true",
                         help="print the markdown reference of every key (docs/config.md)")
-    config.set_defaults(func=cmd_config)
+    config.set_defaults(func=cmd_config, overrides_into="args")
 
     plugins = add_command("plugins", help="list plugins and what they register")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -314,16 +335,31 @@ def build_parser() -> argparse.ArgumentParser:
                              "registered name, as pretextual evaluate); repeat for several")
     ablate.add_argument("--protocol", default="probe",
                         help="the downstream protocols of --task (default: %(default)s)")
-    ablate.set_defaults(func=cmd_ablate)
+    ablate.set_defaults(func=cmd_ablate, overrides_into="overrides")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: sys.argv[1:]); returns the exit status,
     2 for an error the user can fix, reported as one line."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse ends a positional list at the first option: `train bert --resume k=v` leaves
+    # k=v over. Overrides after an option belong to the same list, wherever it stands.
+    into = getattr(args, "overrides_into", None)
+    if extra and (into is None or any(a.startswith("-") for a in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        getattr(args, into).extend(extra)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is caught below, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`pretextual plugins --json | head`): stop quietly, as cat
+        # does, with nothing more written to the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # killed by SIGPIPE, as the shell reports it
     except PretextualError as exc:
         # Under torchrun every process meets the same config or plugin mistake: rank 0's
         # line is enough. Data, checkpoint and training errors, and a plugin's code failing

@@ -106,8 +106,8 @@ class TrainerConfig:
     """How many of the latest checkpoints to keep."""
     seed: int = 0
     """Seed of initialisation, data order, masking and dropout."""
-    output_dir: str = "runs/latest"
-    """Run directory: metrics.jsonl, checkpoints, tokenizer, config."""
+    output_dir: Optional[str] = None
+    """Run directory: metrics.jsonl, checkpoints, tokenizer, config. Unset: a new runs/<recipe>-<YYYYmmdd-HHMMSS> (with --resume: the run runs/latest points at). runs/latest links to the newest run started in runs/."""
     overwrite_output_dir: bool = False
     """Start afresh in an output_dir that holds an earlier run's checkpoints or export, deleting them with its metrics and plot (without it that is an error; --resume continues such a run)."""
     export: Optional[str] = "safetensors,onnx"

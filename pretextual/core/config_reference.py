@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import json
 import textwrap
 
 from pretextual.core.config import (Config, DataConfig, ModelConfig, PluginsConfig, TrainerConfig,
@@ -28,12 +29,7 @@ def _table(cls: type, prefix: str) -> list[str]:
     docs = field_docs(cls)
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = ""
+        default = _default(f)
         kind = getattr(f.type, "__name__", str(f.type))
         if kind.startswith("Optional["):
             kind = kind[len("Optional["):-1]
@@ -59,4 +55,32 @@ def reference_markdown(objectives: dict) -> str:
         lines += [f"### {name}", "", spec.description, ""]
         if spec.options is not None:
             lines += [*_table(spec.options, f"objectives.{name}."), ""]
+    return "\n".join(lines)
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return ""
+
+
+def keys_help(width: int = 100) -> str:
+    """The config keys as `pretextual train --help` lists them: ``key=default`` and the
+    first sentence of each key's docstring, group by group."""
+    lines = textwrap.wrap("config keys (set any as key=value; `pretextual config --reference` "
+                          "explains each in full, the options of each objective included):", width)
+    groups = (("model", ModelConfig), ("data", DataConfig), ("trainer", TrainerConfig),
+              ("plugins", PluginsConfig), ("objectives.<name>", WeightSchedule))
+    for section, cls in groups:
+        docs = field_docs(cls)
+        lines.append(f"  {section}:")
+        for f in dataclasses.fields(cls):
+            default = _default(f)
+            shown = default if isinstance(default, str) else json.dumps(default)  # null, true, []
+            key = f"{section}.{f.name}={shown}"
+            first = docs.get(f.name, "").split(". ")[0].rstrip(".")
+            lines += textwrap.wrap(first, width, initial_indent=f"    {key:<42} ",
+                                   subsequent_indent=" " * 47) or [f"    {key}"]
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -25,6 +26,52 @@ RUN_PLOT = "metrics.png"
 RUN_OUTPUTS = ("checkpoints", METRICS_FILE, "export", RUN_PLOT)
 """What trainer.overwrite_output_dir deletes (the tensorboard plugin hides an earlier
 run's events itself); nothing else in the directory is ever deleted."""
+
+
+RUNS = Path("runs")
+"""Where runs go when trainer.output_dir is unset: runs/<recipe>-<date>-<time>."""
+LATEST = RUNS / "latest"
+"""A link to the newest run started in runs/ (what --resume continues without trainer.output_dir)."""
+
+
+def new_run_path(name: str) -> Path:
+    """runs/<name>-<YYYYmmdd-HHMMSS>, with -2, -3, ... when a run started in the same second."""
+    base = RUNS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def latest_run() -> Path:
+    """The run runs/latest points at (--resume without trainer.output_dir)."""
+    if LATEST.is_symlink():
+        return RUNS / os.readlink(LATEST)
+    if LATEST.is_dir():  # a run named runs/latest itself
+        return LATEST
+    raise ConfigError(f"--resume: {LATEST} does not exist, so there is no newest run here to "
+                      f"continue; name the run with trainer.output_dir=DIR")
+
+
+def point_latest(run: Path, log=print) -> None:
+    """Make runs/latest a link to ``run`` when ``run`` is in runs/ (a run elsewhere leaves
+    it alone). A runs/latest that is not a link is a user's own directory: kept, and said."""
+    run = Path(run)
+    if run.resolve().parent != RUNS.resolve() or run.name == LATEST.name:
+        return
+    if LATEST.exists() and not LATEST.is_symlink():
+        log(f"note: {LATEST} is a directory, not a link, so it is kept and does not point "
+            f"at this run")
+        return
+    tmp = RUNS / f".latest-{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(run.name)
+        os.replace(tmp, LATEST)  # atomic: a reader sees the old link or the new one
+    except OSError as exc:  # a filesystem without symlinks: the run itself is unaffected
+        log(f"warning: cannot point {LATEST} at {run} ({exc.strerror or exc})")
 
 
 def _lock_holder(path: Path) -> str:

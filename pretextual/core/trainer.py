@@ -29,7 +29,7 @@ from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objective
                                  resolved_objectives)
 from pretextual.core.optim import adamw, decay_groups, linear_schedule
 from pretextual.core.run_data import run_corpus, split_batches
-from pretextual.core.run_dir import RunDirectory
+from pretextual.core.run_dir import RunDirectory, latest_run, new_run_path, point_latest
 from pretextual.core.step import MixForward, NonFinite, next_batch
 from pretextual.core.tokenizer import TOKENIZER_FILE, has_word_boundaries, tokenizer_sha256, vocab_of
 from pretextual.errors import CheckpointError, ConfigError, TrainingError
@@ -69,18 +69,26 @@ def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
 class Trainer:
     """One training run, set up from a resolved config.
 
-    ``resume``: continue the run in trainer.output_dir from its newest checkpoint, with
+    ``run_name`` names the run's directory when trainer.output_dir is unset
+    (runs/<run_name>-<time>). ``resume``: continue the run in trainer.output_dir (unset:
+    the one runs/latest points at) from its newest checkpoint, with
     the tokenizer it was trained with. Without it a directory holding checkpoints, an
     export or files that are not a run's is an error, unless trainer.overwrite_output_dir
     is set (the earlier run's outputs are then deleted). train() holds the directory
     while it runs: a second process training there gets an error."""
 
     def __init__(self, cfg: DictConfig, plugins: Plugins | None = None, log=print,
-                 resume: bool = False):
+                 resume: bool = False, run_name: str = "run"):
         self.cfg = cfg
         self.device = dist_utils.device_for(cfg.trainer.device)
         self.world = dist_utils.init_world(self.device)
         self.log = log if self.world.is_main else (lambda *_: None)
+        if cfg.trainer.output_dir is None:
+            if resume:  # every process reads the link: the run directory is shared storage
+                cfg.trainer.output_dir = str(latest_run())
+            else:  # one name for all processes, whose clocks may differ by a second
+                chosen = str(new_run_path(run_name)) if self.world.is_main else None
+                cfg.trainer.output_dir = dist_utils.broadcast_text(chosen, self.world, self.device)
         self.plugins = plugins or Plugins.from_config(cfg)
         self.run_dir = RunDirectory(cfg.trainer.output_dir, self.world.is_main, self.log)
         self.out = self.run_dir.path
@@ -355,6 +363,8 @@ class Trainer:
         """Train to trainer.max_steps; returns the last evaluation's metrics. The run
         directory is held from the start to the end, however it ends."""
         self.run_dir.claim()
+        if self.world.is_main:
+            point_latest(self.out, self.log)
         try:
             return self._train()
         finally:
