@@ -78,6 +78,43 @@ _WHITESPACE = b" \t\r\f\v\n"
 _BLANK_LINE = re.compile(rb"\n[ \t\r\f\v]*\n")
 
 
+# Formats corpora come in that are not read (yet), told by their first bytes, with what
+# to do instead; {path} and {stem} are filled in. Checked before reading, so such a file
+# gets this line instead of "not UTF-8 text".
+_JSONL_FROM_PANDAS = ("write its text column as JSON lines and train on those: python -c "
+                      "\"import pandas as pd; pd.read_{kind}('{path}').to_json('{stem}.jsonl', "
+                      "orient='records', lines=True, force_ascii=False)\"")
+_NOT_TEXT = (
+    (re.compile(rb"PAR1"), "a Parquet file", _JSONL_FROM_PANDAS.replace("{kind}", "parquet")),
+    (re.compile(rb"ARROW1"), "an Arrow file", _JSONL_FROM_PANDAS.replace(
+        "pd.read_{kind}('{path}')", "pa.ipc.open_file('{path}').read_pandas()").replace(
+        "import pandas as pd", "import pyarrow as pa")),
+    (re.compile(rb"\xff\xff\xff\xff"), "an Arrow stream (a Hugging Face datasets file)",
+     "give data.corpus the folder datasets saved, to be told how to write it as JSON lines"),
+    (re.compile(rb"\x1f\x8b"), "a gzip-compressed file", "decompress it first: gunzip -k {path}"),
+    (re.compile(rb"BZh[1-9]1AY&SY"), "a bzip2-compressed file",
+     "decompress it first: bunzip2 -k {path}"),
+    (re.compile(rb"\xfd7zXZ\x00"), "an xz-compressed file", "decompress it first: unxz -k {path}"),
+    (re.compile(rb"\x28\xb5\x2f\xfd"), "a zstd-compressed file",
+     "decompress it first: unzstd {path}"),
+    (re.compile(rb"PK\x03\x04"), "a zip archive", "extract it first: unzip {path}"),
+)
+
+
+def not_text(path: Path) -> tuple[str, str] | None:
+    """(what the file is, what to do) for a Parquet, Arrow, compressed or zip file; None
+    for anything else (text, or a binary file the UTF-8 check names)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return None  # reading it says why
+    for magic, what, todo in _NOT_TEXT:
+        if magic.match(head):
+            return what, todo.format(path=path, stem=path.with_suffix(""))
+    return None
+
+
 def _open(path: Path):
     try:
         return open(path, "rb")
@@ -206,6 +243,10 @@ def iter_documents(path: str | Path, text_field: str = "text", start: int = 0,
     MAX_DOCUMENT_BYTES; a ``.jsonl`` line is one document."""
     path = Path(path)
     with _open(path) as f:
+        found = not_text(path) if start == 0 else None
+        if found:
+            raise DataError(f"{path}: {found[0]}, not text: {found[1]} (pretextual reads UTF-8 "
+                            f"text and .jsonl files)")
         if path.suffix == ".jsonl":
             yield from _jsonl_documents(f, path, text_field, start, end)
         else:
@@ -251,11 +292,18 @@ def corpus_files(spec: str) -> list[Path]:
     corpus directory is an error, not skipped."""
     path = Path(spec).expanduser()
     if path.is_dir():
+        _check_datasets_folder(path, spec)
         found = _once(sorted(_walk(path)))
         files = [p for p in found if p.suffix in TEXT_SUFFIXES]
         skipped = _skipped_note(path, [p for p in found if p.suffix not in TEXT_SUFFIXES])
         kind = f"{'/'.join(TEXT_SUFFIXES)} file"
         if not files:
+            formats = [(p, not_text(p)) for p in found]
+            known = [(p, f) for p, f in formats if f]
+            if known:  # a folder of Parquet or compressed files: a glob would fail on each
+                (first, (what, todo)), n = known[0], len(known)
+                raise DataError(f"data.corpus: {spec} holds no {kind} but {n} file"
+                                f"{'s' if n > 1 else ''} like {first.name}, {what}: {todo}")
             raise DataError(f"data.corpus: {spec} holds no {kind}{skipped}")
         if skipped and (path, skipped) not in _warned:  # once, though a command lists a corpus often
             _warned.add((path, skipped))
@@ -273,6 +321,23 @@ def corpus_files(spec: str) -> list[Path]:
             return files
         raise DataError(f"data.corpus: the pattern {spec} matches no file")
     raise DataError(f"data.corpus: no such file or directory: {spec}")
+
+
+def _check_datasets_folder(path: Path, spec: str) -> None:
+    """DataError for a folder Hugging Face datasets' save_to_disk wrote (Arrow files, not
+    read yet), saying how to write it as JSON lines."""
+    if (path / "dataset_dict.json").is_file():
+        split = next((p.name for p in sorted(path.iterdir()) if (p / "state.json").is_file()),
+                     "train")
+        dataset = f"load_from_disk('{spec}')['{split}']"
+    elif (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
+        dataset = f"load_from_disk('{spec}')"
+    else:
+        return
+    raise DataError(f"data.corpus: {spec} is a Hugging Face datasets folder (save_to_disk), "
+                    f"which is not read yet; write it as JSON lines and train on those: python -c "
+                    f"\"from datasets import load_from_disk; {dataset}.to_json('corpus.jsonl')\" "
+                    f"then data.corpus=corpus.jsonl (data.text_field names its text column)")
 
 
 def _once(files: list[Path]) -> list[Path]:
