@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 
 from pretextual.core.files import atomic_directory, write_error_reason
 from pretextual.errors import PluginError, PluginRunError, PretextualError, plugin_call
-from pretextual.exporters.hf import architecture, config_json, hf_counterpart, tokenizer_files
+from pretextual.exporters.hf import architecture, config_json, hf_counterpart, write_tokenizer
 from pretextual.exporters.load import CONFIG_FILE
 from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
 from pretextual.plugins.api import ExportedModel, ExporterSpec, ExportOptions, ExportSummary
@@ -146,12 +146,9 @@ def write_common_files(model: ExportedModel, out_dir: Path, with_heads: bool) ->
     """config.json and the tokenizer files, which every format's consumers read;
     the tokenizer's model_max_length is the trained sequence length."""
     hf_heads = {name for name, t in model.heads.items() if hf_counterpart(name, t, model.config)}
-    files = {CONFIG_FILE: json.dumps(config_json(model.config, architecture(
-                 hf_heads if with_heads else set())), indent=2),
-             **tokenizer_files(model.tokenizer, model.max_seq_length)}
-    for name, text in files.items():
-        (out_dir / name).write_text(text, encoding="utf-8")
-    return list(files)
+    config = config_json(model.config, architecture(hf_heads if with_heads else set()))
+    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return [CONFIG_FILE, *write_tokenizer(model.tokenizer, model.max_seq_length, out_dir)]
 
 
 def _check_options(specs: list[ExporterSpec], with_heads: bool | None, quantize: str | None,

@@ -30,8 +30,8 @@ def test_layout_and_metadata(encoder_export, mlm_run):
     config = json.loads((encoder_export / "config.json").read_text())
     assert config["model_type"] == "bert" and config["architectures"] == ["BertModel"]
     assert config["hidden_size"] == 128 and config["num_hidden_layers"] == 2
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
-                 "model.safetensors", "export.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "model.safetensors",
+                 "export.json"):
         assert (encoder_export / name).is_file(), name
     with safe_open(str(encoder_export / "model.safetensors"), "pt") as f:
         keys, metadata = set(f.keys()), f.metadata()
@@ -188,25 +188,6 @@ def test_an_nsp_only_export_is_bert_for_next_sentence_prediction(corpus_file, ca
         with torch.no_grad():
             nsp = ours.heads["nsp"](ours.bert(**batch).pooler_output)
             assert (model(**batch).logits - nsp).abs().max() <= HIDDEN_TOLERANCE
-
-
-def test_a_bpe_tokenizer_is_exported_for_autotokenizer(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from pretextual.core.tokenizer import SPECIAL_TOKENS
-    from pretextual.exporters.hf import tokenizer_files, with_post_processor
-    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    bpe.train_from_iterator(["the boat sees the river bank"] * 20, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    files = tokenizer_files(with_post_processor(bpe), 64)
-    assert "vocab.txt" not in files  # WordPiece only
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    theirs = AutoTokenizer.from_pretrained(tmp_path)
-    ids = bpe.encode("the river", add_special_tokens=False).ids
-    assert theirs("the river")["input_ids"] == [bpe.token_to_id("[CLS]"), *ids, bpe.token_to_id("[SEP]")]
-    assert theirs.mask_token == "[MASK]" and theirs.model_max_length == 64
 
 
 def test_a_model_saved_by_transformers_bert_for_masked_lm_loads_into_pretextual(encoder_export,
