@@ -228,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--out", required=True, metavar="DIR",
                          help="the prepared directory (an interrupted prepare there is resumed)")
     prepare.add_argument("--tokenizer", metavar="FILE",
-                         help="a tokenizer.json to use (data.tokenizer); default: train WordPiece")
+                         help="a tokenizer.json, a directory holding one, or a WordPiece vocab.txt "
+                              "(data.tokenizer); default: train WordPiece")
     prepare.add_argument("--vocab-size", type=int, metavar="N",
                          help="vocabulary of the trained WordPiece tokenizer (data.vocab_size)")
     prepare.add_argument("--cased", action="store_true",

@@ -1,7 +1,9 @@
-"""Tokenizers: train a WordPiece tokenizer on the corpus, or load a tokenizer.json."""
+"""Tokenizers: train a WordPiece tokenizer on the corpus, or load a tokenizer.json or a
+WordPiece vocab.txt."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterable
 
@@ -13,6 +15,8 @@ from pretextual.plugins.api import Vocab
 
 TOKENIZER_FILE = "tokenizer.json"
 """A run's, a prepared corpus's and an export's tokenizer: tokenizers' JSON format."""
+VOCAB_FILE = "vocab.txt"
+"""A BERT WordPiece vocabulary, one token a line (what transformers' BertTokenizer reads)."""
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Spellings of each special token across BERT, RoBERTa and SentencePiece vocabularies.
 _ROLES = {
@@ -44,16 +48,56 @@ def read_tokenizer(path: str | Path) -> Tokenizer:
         raise DataError(f"{path}: not a tokenizers JSON file ({exc})") from None
 
 
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    """data.tokenizer: a tokenizer.json that has every special token a run needs
-    (:func:`vocab_of`), with a one-line error naming the file. Padding and truncation
-    saved in the file are turned off: the corpus is tokenized a whole sentence at a
-    time, and the data pipeline packs, cuts and pads examples itself (a saved
-    truncation would cut every sentence, a saved padding put [PAD] inside the text)."""
+def wordpiece_from_vocab(vocab_file: str | Path, lowercase: bool) -> Tokenizer:
+    """BERT's WordPiece tokenizer of a vocab.txt (one token a line; BERT normalizer and
+    pre-tokenizer), its special tokens marked special so text never splits them."""
+    vocab = models.WordPiece.read_file(str(vocab_file))
+    unk = next((s for s in _ROLES["unk"] if s in vocab), _ROLES["unk"][0])
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token=unk))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.add_special_tokens([s for role in _ROLES.values() for s in role if s in vocab])
+    return tokenizer
+
+
+def _vocab_lowercase(vocab_file: Path, default: bool) -> bool:
+    """do_lower_case of the tokenizer_config.json beside a vocab.txt, else ``default``."""
+    config = vocab_file.parent / "tokenizer_config.json"
+    try:
+        value = json.loads(config.read_text()).get("do_lower_case") if config.is_file() else None
+    except ValueError as exc:
+        raise DataError(f"data.tokenizer: {config}: not valid JSON ({exc})") from None
+    return value if isinstance(value, bool) else default
+
+
+def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
+    """data.tokenizer: a tokenizer.json, a directory holding one (a transformers model
+    directory, a pretextual export), or a WordPiece vocab.txt (a ``.txt`` file, or a
+    directory holding vocab.txt and no tokenizer.json; lower-cased as the
+    tokenizer_config.json beside it says in do_lower_case, else as ``lowercase``). It must
+    have every special token a run needs (:func:`vocab_of`); errors are one line naming
+    the path. Padding and truncation saved in the file are turned off: the corpus is
+    tokenized a whole sentence at a time, and the data pipeline packs, cuts and pads
+    examples itself (a saved truncation would cut every sentence, a saved padding put
+    [PAD] inside the text)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"data.tokenizer: no such file: {path}")
-    tokenizer = read_tokenizer(path)
+    if path.is_dir():
+        found = [path / name for name in (TOKENIZER_FILE, VOCAB_FILE) if (path / name).is_file()]
+        if not found:
+            raise DataError(f"data.tokenizer: {path}: a directory with neither {TOKENIZER_FILE} "
+                            f"nor {VOCAB_FILE} in it")
+        path = found[0]  # tokenizer.json when both are there: it is the exact tokenizer
+    elif not path.is_file():
+        raise DataError(f"data.tokenizer: no such file or directory: {path}")
+    if path.suffix == ".txt":
+        lowercase = _vocab_lowercase(path, lowercase)
+        try:
+            tokenizer = wordpiece_from_vocab(path, lowercase)
+        except Exception as exc:  # tokenizers raises a bare Exception for an unreadable file
+            raise DataError(f"data.tokenizer: {path}: not a WordPiece vocabulary ({exc})") from None
+    else:
+        tokenizer = read_tokenizer(path)
     vocab_of(tokenizer, f"data.tokenizer: {path}")
     tokenizer.no_padding()
     tokenizer.no_truncation()
