@@ -49,9 +49,14 @@ def cmd_train(args) -> int:
     finally:
         shutdown(trainer.world)
     if trainer.world.is_main:
+        from pretextual.core.console import closing_lines
+        if trainer.step > trainer.start_step:
+            export = trainer.out / "export" if trainer.export_formats else None
+            for line in closing_lines(trainer.start_step, trainer.step, trainer.tokens_trained,
+                                      trainer.train_seconds, metrics, export):
+                print(line)
         if metrics:
             from pretextual.analysis.summary import run_summary
-            print("final eval: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
             for line in run_summary(trainer, metrics):
                 print(line)
         print(f"run directory: {cfg.trainer.output_dir}")

@@ -5,8 +5,8 @@ evaluations) also goes to ``torch.utils.tensorboard.SummaryWriter`` in
 ``<run dir>/tensorboard/``, one scalar per key at the line's step; the writer is flushed
 at each checkpoint and closed at the last one (``trainer.tensorboard=false`` turns it off). A run's writer purges the events an
 earlier run in the directory (or the part of a resumed one after its checkpoint) logged
-after the step it starts from, so TensorBoard shows only this run's curve. Without tensorboard these hooks do
-nothing.
+after the step it starts from, so TensorBoard shows only this run's curve. Without tensorboard a
+run says so at its start and logs nothing here.
 View with ``tensorboard --logdir runs``.
 """
 
@@ -50,6 +50,14 @@ def _add_scalars(step: int, metrics: dict, trainer) -> None:
     for key, value in metrics.items():
         if key != "step" and isinstance(value, (int, float)):
             writer.add_scalar(key, value, global_step=step)
+
+
+@hookimpl
+def pretextual_on_train_start(trainer):
+    if trainer.cfg.trainer.tensorboard and not AVAILABLE:
+        trainer.log("note: trainer.tensorboard is on, but the tensorboard package is not "
+                    "installed, so this run logs no events: pip install 'pretextual[tensorboard]' "
+                    "(or set trainer.tensorboard=false)")
 
 
 @hookimpl

@@ -125,7 +125,9 @@ class TrainerConfig:
     device: str = "auto"
     """'cpu', 'cuda', 'cuda:N', or 'auto' (cuda when available)."""
     progress: bool = True
-    """Show a progress bar."""
+    """Show a progress bar when stderr is a terminal; otherwise (false, or output to a file or a cluster job's log) print a plain line every trainer.print_every steps."""
+    print_every: Optional[int] = None
+    """Steps between the plain progress lines; unset: 20 lines over the run."""
 
 
 @dataclass

@@ -29,7 +29,8 @@ def validate(cfg: DictConfig) -> None:
                 "trainer.grad_accum_steps": t.grad_accum_steps,
                 "trainer.checkpoint_every": t.checkpoint_every,
                 "trainer.keep_checkpoints": t.keep_checkpoints, "trainer.log_every": t.log_every,
-                "trainer.eval_batches": t.eval_batches, "trainer.adam_eps": t.adam_eps}
+                "trainer.eval_batches": t.eval_batches, "trainer.adam_eps": t.adam_eps,
+                **({"trainer.print_every": t.print_every} if t.print_every is not None else {})}
     not_negative = {"trainer.lr": t.lr, "trainer.eval_every": t.eval_every,
                     "data.num_workers": d.num_workers or 0, "trainer.warmup_steps": t.warmup_steps,
                     "trainer.max_grad_norm": t.max_grad_norm, "trainer.weight_decay": t.weight_decay}

@@ -14,13 +14,13 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
-from tqdm import tqdm
 
 import pretextual
 from pretextual.accel import accelerate
 from pretextual.core import distributed as dist_utils
 from pretextual.core.checkpoint import (check_tokenizer, latest_checkpoint, list_checkpoints,
                                         remove_partial_checkpoints, save_checkpoint, tied_keys)
+from pretextual.core import console
 from pretextual.core.config import config_changes, to_yaml
 from pretextual.core.config_checks import MODEL_SIZES
 from pretextual.core.data import Batches
@@ -151,6 +151,7 @@ class Trainer:
         self.step = 0
         self.updates = 0  # optimizer steps made (a skipped batch makes none)
         self.start_step = 0  # the step train() started from: 0, or the resumed checkpoint's
+        self.tokens_trained, self.train_seconds = 0, 0.0  # by train(), over all processes
         # "time" in metrics.jsonl: seconds since the run started, continued across resumes.
         self._started, self._time_offset = time.perf_counter(), 0.0
 
@@ -386,7 +387,11 @@ class Trainer:
         self._time_offset = self.run_dir.start(to_yaml(self.cfg), self.tokenizer,
                                                self.cfg.trainer.overwrite_output_dir,
                                                self.step if resumed else None)
-        weights = ", ".join(f"{n} (weight {w:g})" for n, w in self.mix.weights(self.step).items())
+        train_docs = self.train_batches.docs
+        self.log(console.data_line(len(train_docs), train_docs.num_tokens(), t.max_steps,
+                                   self.global_batch_size, self.cfg.data.max_seq_length))
+        weights = ", ".join(f"{s.name} ({console.schedule_text(s.schedule)})"
+                            for s in self.mix.selected)
         self.log(f"objectives: {weights} | encoder {count_parameters(self.model.bert):,} parameters "
                  f"| global batch {self.global_batch_size} = {self.cfg.data.batch_size} x "
                  f"{self.world.world_size} processes x {t.grad_accum_steps} accumulation "
@@ -399,15 +404,18 @@ class Trainer:
             probes = self.task_probes(self.model.bert, self.device)
             if self.world.is_main:
                 self._write_metrics({"step": 0, **probes})
+                self.log(console.eval_line(0, probes) + " (the untrained encoder)")
         self.model.train()
         loader = iter(self.loader(self.train_batches, self.train_indices(self.step)))
-        bar = tqdm(total=t.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
-                   disable=not (t.progress and self.world.is_main))
+        progress = console.Progress(t.max_steps, self.step, t.progress and self.world.is_main,
+                                    t.print_every or max(1, t.max_steps // 20), self.log)
         last_eval: dict[str, float] = {}
         tokens_seen, clock = 0, time.perf_counter()
+        self.tokens_trained, train_start = 0, clock  # this session's, for the closing summary
         watch = NonFinite(self.device, t.nonfinite, t.max_skipped_steps)
         while self.step < t.max_steps and not self.should_stop:
             logs, tokens = self._micro_steps(loader)
+            logged = None  # this step's metrics line, on the main process
             step = self.step + 1
             logging = step % t.log_every == 0 or step == t.max_steps
             # The losses reach the host only where something reads them (each read waits for
@@ -447,15 +455,15 @@ class Trainer:
                         record["skipped"] = 1
                     clock = now
                     self._write_metrics(record)
-                    bar.set_postfix(loss=f"{record['loss']:.3f}",
-                                    tok_s=f"{record['tokens_per_s']:.0f}")
+                    logged = record
                     self.plugins.hook.pretextual_on_step_end(step=self.step, metrics=record,
                                                              trainer=self)
+                self.tokens_trained += tokens_seen
                 tokens_seen = 0
                 # a plugin asks on the main process; every process stops at the same step
                 self.should_stop = dist_utils.any_over_ranks(self.should_stop, self.world,
                                                              self.device)
-            bar.update(1)
+            progress.update(self.step, logged)
 
             done = self.step == t.max_steps or self.should_stop
             if (t.eval_every and self.step % t.eval_every == 0) or done:
@@ -467,12 +475,14 @@ class Trainer:
                                  f"{', '.join(bad)}")
                     record = {"step": self.step, **last_eval}
                     self._write_metrics(record)
+                    progress.write(console.eval_line(self.step, last_eval))
                     self.plugins.hook.pretextual_on_eval(
                         step=self.step, metrics={k: v for k, v in record.items() if k != "step"},
                         trainer=self)
             if self.step % t.checkpoint_every == 0 or done:
                 self.save()
-        bar.close()
+        progress.close()
+        self.train_seconds = time.perf_counter() - train_start
         if self.world.is_main:
             self.plugins.hook.pretextual_on_train_end(metrics=last_eval, trainer=self)
         return last_eval

@@ -1,5 +1,6 @@
 """The TensorBoard plugin: every metrics.jsonl line becomes scalars at its step, the writer
-is flushed at checkpoints and closed at the last; without tensorboard it does nothing."""
+is flushed at checkpoints and closed at the last; without tensorboard the run says which
+extra to install and writes nothing."""
 
 import time
 
@@ -27,12 +28,12 @@ class FakeWriter:
         self.closed = True
 
 
-def train_with_plugin(tiny_config, tmp_path, *overrides, steps=4):
+def train_with_plugin(tiny_config, tmp_path, *overrides, steps=4, log=lambda *_: None):
     plugins = Plugins()
     plugins.register(tensorboard, name="tensorboard")
     cfg = tiny_config("roberta", "trainer.eval_every=2", "trainer.checkpoint_every=2", *overrides,
                       steps=steps)
-    Trainer(cfg, plugins, log=lambda *_: None).train()
+    Trainer(cfg, plugins, log=log).train()
     return tmp_path / "run"
 
 
@@ -64,10 +65,19 @@ def test_a_writer_left_open_by_a_run_that_failed_is_not_reused(tiny_config, tmp_
     assert fresh.closed and fresh.scalars and run / "tensorboard" not in tensorboard._writers
 
 
-def test_without_tensorboard_nothing_is_written(tiny_config, tmp_path, monkeypatch):
+def test_without_tensorboard_nothing_is_written_and_the_run_says_which_extra_to_install(
+        tiny_config, tmp_path, monkeypatch):
     monkeypatch.setattr(tensorboard, "AVAILABLE", False)
-    run = train_with_plugin(tiny_config, tmp_path)
+    lines = []
+    run = train_with_plugin(tiny_config, tmp_path, log=lines.append)
     assert not (run / "tensorboard").exists()
+    assert [line for line in lines if "tensorboard" in line] == [
+        "note: trainer.tensorboard is on, but the tensorboard package is not installed, so this "
+        "run logs no events: pip install 'pretextual[tensorboard]' (or set trainer.tensorboard=false)"]
+    lines.clear()
+    train_with_plugin(tiny_config, tmp_path, "trainer.tensorboard=false",
+                      "trainer.overwrite_output_dir=true", log=lines.append)
+    assert not [line for line in lines if "tensorboard" in line]
 
 
 def test_turned_off_nothing_is_written(tiny_config, tmp_path, monkeypatch):
