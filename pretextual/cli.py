@@ -118,10 +118,9 @@ def cmd_export(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from pretextual.analysis.plot import X_AXES, plot_runs
+    from pretextual.analysis.plot import describe, plot_runs
     panels = plot_runs(args.run_dirs, args.out)
-    print(f"wrote {args.out}: {len(panels) // len(X_AXES)} metrics against steps and tokens, "
-          f"{len(args.run_dirs)} run(s)")
+    print(f"wrote {args.out}: {describe(panels)}, {len(args.run_dirs)} run(s)")
     return 0
 
 
