@@ -303,6 +303,14 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path,
 
 
 @hookimpl
+def pretextual_on_train_start(trainer):
+    if trainer.cfg.trainer.plot and not matplotlib_installed():
+        trainer.log("note: trainer.plot is on, but matplotlib is not installed, so this run "
+                    "draws no metrics.png: pip install 'pretextual[plot]' (or set "
+                    "trainer.plot=false)")
+
+
+@hookimpl
 def pretextual_on_train_end(metrics, trainer):
     """The built-in plot: ``metrics.png`` in the run directory when trainer.plot is set."""
     if trainer.cfg.trainer.plot:

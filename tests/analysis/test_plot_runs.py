@@ -251,3 +251,16 @@ def test_without_matplotlib_the_command_says_what_to_install(two_runs, tmp_path,
     monkeypatch.setattr(plot, "matplotlib_installed", lambda: False)
     with pytest.raises(PlotError, match=r"needs matplotlib: pip install 'pretextual\[plot\]'"):
         plot_runs(two_runs, tmp_path / "x.png")
+
+
+def test_train_without_matplotlib_says_which_extra_to_install(corpus_file, cache_dir, tmp_path,
+                                                              monkeypatch, capsys):
+    monkeypatch.setattr(plot, "matplotlib_installed", lambda: False)
+    overrides = [o for o in tiny_overrides(corpus_file, cache_dir, tmp_path / "run", steps=2)
+                 if o != "trainer.plot=false"]
+    assert main(["train", "roberta", *overrides]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert [line for line in said if "matplotlib" in line or line.startswith("plot")] == [
+        "note: trainer.plot is on, but matplotlib is not installed, so this run draws no "
+        "metrics.png: pip install 'pretextual[plot]' (or set trainer.plot=false)"]
+    assert not (tmp_path / "run" / "metrics.png").exists()
