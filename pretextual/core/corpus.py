@@ -2,14 +2,16 @@
 
 Formats: text files as Google's BERT reads them (one sentence or paragraph per
 line, a blank line between documents), ``.jsonl`` with a text field (one
-document per line), a directory (its ``.txt``, ``.text`` and ``.jsonl`` files; others
-are skipped with a warning) or a glob (every file it matches). ``embedded`` is a corpus
-made of text that ships with every Python install, so training works offline.
+document per line), either compressed (gzip, bzip2, xz, zstd), Parquet and Arrow
+files (one document per row of the text column) and datasets' save_to_disk folders
+(see formats.py); a directory (its files of those kinds; others are skipped with a
+warning) or a glob (every file it matches). ``embedded`` is a corpus made of text
+that ships with every Python install, so training works offline.
 
-Files are read a line at a time (``iter_documents``), whole or in the byte
-ranges ``document_boundary`` cuts for ``pretextual prepare``'s workers, so
-memory holds a document, never a file; ``read_corpus`` collects every document
-of a corpus that fits in memory.
+Files are read a line (or a record batch) at a time (``iter_documents``), whole or,
+plain text, in the byte ranges ``document_boundary`` cuts for ``pretextual prepare``'s
+workers, so memory holds a document, never a file; ``read_corpus`` collects every
+document of a corpus that fits in memory.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from pretextual.core import formats
 from pretextual.errors import DataError
 
 EMBEDDED = "embedded"
 TEXT_SUFFIXES = (".txt", ".text", ".jsonl")
-"""The files of a corpus directory that are read; a file or glob is read whatever its suffix."""
-_warned: set[tuple[Path, str]] = set()  # the skipped-files warnings printed by this process
+"""The text files of a corpus directory that are read (also compressed, as .txt.gz, next to
+.parquet and .arrow files); a file or glob is read whatever its suffix."""
+_warned: set = set()  # the skipped-files warnings and notes printed by this process
 
 # A sentence ends at . ! or ? (with closing quotes/brackets), followed by
 # whitespace and an upper-case letter, a digit or an opening quote.
@@ -78,43 +82,6 @@ _WHITESPACE = b" \t\r\f\v\n"
 _BLANK_LINE = re.compile(rb"\n[ \t\r\f\v]*\n")
 
 
-# Formats corpora come in that are not read (yet), told by their first bytes, with what
-# to do instead; {path} and {stem} are filled in. Checked before reading, so such a file
-# gets this line instead of "not UTF-8 text".
-_JSONL_FROM_PANDAS = ("write its text column as JSON lines and train on those: python -c "
-                      "\"import pandas as pd; pd.read_{kind}('{path}').to_json('{stem}.jsonl', "
-                      "orient='records', lines=True, force_ascii=False)\"")
-_NOT_TEXT = (
-    (re.compile(rb"PAR1"), "a Parquet file", _JSONL_FROM_PANDAS.replace("{kind}", "parquet")),
-    (re.compile(rb"ARROW1"), "an Arrow file", _JSONL_FROM_PANDAS.replace(
-        "pd.read_{kind}('{path}')", "pa.ipc.open_file('{path}').read_pandas()").replace(
-        "import pandas as pd", "import pyarrow as pa")),
-    (re.compile(rb"\xff\xff\xff\xff"), "an Arrow stream (a Hugging Face datasets file)",
-     "give data.corpus the folder datasets saved, to be told how to write it as JSON lines"),
-    (re.compile(rb"\x1f\x8b"), "a gzip-compressed file", "decompress it first: gunzip -k {path}"),
-    (re.compile(rb"BZh[1-9]1AY&SY"), "a bzip2-compressed file",
-     "decompress it first: bunzip2 -k {path}"),
-    (re.compile(rb"\xfd7zXZ\x00"), "an xz-compressed file", "decompress it first: unxz -k {path}"),
-    (re.compile(rb"\x28\xb5\x2f\xfd"), "a zstd-compressed file",
-     "decompress it first: unzstd {path}"),
-    (re.compile(rb"PK\x03\x04"), "a zip archive", "extract it first: unzip {path}"),
-)
-
-
-def not_text(path: Path) -> tuple[str, str] | None:
-    """(what the file is, what to do) for a Parquet, Arrow, compressed or zip file; None
-    for anything else (text, or a binary file the UTF-8 check names)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:
-        return None  # reading it says why
-    for magic, what, todo in _NOT_TEXT:
-        if magic.match(head):
-            return what, todo.format(path=path, stem=path.with_suffix(""))
-    return None
-
-
 def _open(path: Path):
     try:
         return open(path, "rb")
@@ -159,17 +126,21 @@ def _cut_piece(raw: bytes) -> bytes:
 
 def _text_pieces(f, path: Path, start: int, end: int | None) -> Iterator[str]:
     """Each line between byte offsets ``start`` and ``end``, a line longer than
-    LINE_PIECE_BYTES in several pieces, so no line is ever held whole."""
-    pos = start
-    f.seek(start)
+    LINE_PIECE_BYTES in several pieces, so no line is ever held whole. The bytes after a
+    piece's cut start the next piece: never a seek back, which a decompressing stream
+    cannot make (or makes by decompressing again from the start)."""
+    pos, carry = start, b""
+    if start:
+        f.seek(start)
     while end is None or pos < end:
         limit = LINE_PIECE_BYTES if end is None else min(LINE_PIECE_BYTES, end - pos)
-        raw = f.readline(limit)
+        raw = carry + f.readline(limit - len(carry))
         if not raw:
             return
+        carry = b""
         if len(raw) == LINE_PIECE_BYTES and not raw.endswith(b"\n"):
-            raw = _cut_piece(raw)
-            f.seek(pos + len(raw))
+            piece = _cut_piece(raw)
+            raw, carry = piece, raw[len(piece):]
         yield _decode(raw, path, pos)
         pos += len(raw)
 
@@ -207,32 +178,55 @@ def _line_number(path: Path, offset: int) -> int:
 def _jsonl_documents(f, path: Path, text_field: str, start: int, end: int | None
                      ) -> Iterator[Document]:
     """One document per JSON line (a record is parsed whole, so a line is read whole)."""
-    pos = start
-    f.seek(start)
+    pos, lines = start, 0
+    if start:
+        f.seek(start)
     while end is None or pos < end:
         raw = f.readline()
         if not raw:
             return
         line = _decode(raw, path, pos)
-        offset, pos = pos, pos + len(raw)
+        offset, pos, lines = pos, pos + len(raw), lines + 1
         if not line.strip():
             continue
         try:
             text = json.loads(line)[text_field]
         except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{_line_number(path, offset)}: not valid JSON ({exc.msg})") from None
+            raise DataError(f"{path}:{_line_at(path, start, lines)}: not valid JSON ({exc.msg})") from None
         except (KeyError, TypeError):
-            raise DataError(f"{path}:{_line_number(path, offset)}: no {text_field!r} field "
+            raise DataError(f"{path}:{_line_at(path, start, lines)}: no {text_field!r} field "
                             f"(set data.text_field)") from None
-        if text is None:  # a record without text, like an empty one
-            continue
-        if not isinstance(text, str):
-            raise DataError(f"{path}:{_line_number(path, offset)}: field {text_field!r} is "
-                            f"{type(text).__name__}, not a string (set data.text_field)")
-        sentences = [s for p in text.splitlines() if p.strip()
-                     for s in split_sentences(" ".join(p.split()))]
-        if sentences:
-            yield Document(sentences, f"{path}@{offset}")
+        document = _record_document(text, f"{path}@{offset}")
+        if isinstance(document, str):
+            raise DataError(f"{path}:{_line_at(path, start, lines)}: {document}")
+        if document is not None:
+            yield document
+
+
+def _line_at(path: Path, start: int, lines: int) -> int:
+    """The number of the ``lines``-th line read from byte ``start`` (counted only when a
+    message needs it; a compressed file is always read from its start)."""
+    return lines if start == 0 else _line_number(path, start) - 1 + lines
+
+
+def _record_document(text, source: str) -> Document | str | None:
+    """The document of one record's text (a JSON line's field, a table's cell): None for
+    no text, a message for a value that is not a string."""
+    if text is None:  # a record without text, like an empty one
+        return None
+    if not isinstance(text, str):
+        return f"field is {type(text).__name__}, not a string (set data.text_field)"
+    sentences = [s for p in text.splitlines() if p.strip()
+                 for s in split_sentences(" ".join(p.split()))]
+    return Document(sentences, source) if sentences else None
+
+
+def _table_documents(path: Path, fmt: formats.Format, text_field: str) -> Iterator[Document]:
+    """One document per row of a Parquet or Arrow file's text column."""
+    for row, text in formats.table_texts(path, fmt, text_field):
+        document = _record_document(text, f"{path}@row{row}")
+        if document is not None:
+            yield document
 
 
 def iter_documents(path: str | Path, text_field: str = "text", start: int = 0,
@@ -242,15 +236,33 @@ def iter_documents(path: str | Path, text_field: str = "text", start: int = 0,
     never the file. A text document ends at a blank line or once it reaches
     MAX_DOCUMENT_BYTES; a ``.jsonl`` line is one document."""
     path = Path(path)
-    with _open(path) as f:
-        found = not_text(path) if start == 0 else None
-        if found:
-            raise DataError(f"{path}: {found[0]}, not text: {found[1]} (pretextual reads UTF-8 "
-                            f"text and .jsonl files)")
-        if path.suffix == ".jsonl":
-            yield from _jsonl_documents(f, path, text_field, start, end)
-        else:
-            yield from _text_documents(f, path, start, end)
+    _open(path).close()  # permission denied, a directory: said before the format is told
+    fmt = formats.file_format(path)
+    if fmt is formats.TEXT:
+        with _open(path) as f:
+            if path.suffix == ".jsonl":
+                yield from _jsonl_documents(f, path, text_field, start, end)
+            else:
+                yield from _text_documents(f, path, start, end)
+        return
+    if fmt is formats.ZIP:
+        raise DataError(f"{path}: a zip archive, which is not read: extract it first "
+                        f"(unzip {path})")
+    if start != 0:  # prepare plans these whole (formats.splittable)
+        raise ValueError(f"{path}: {fmt.what} is read whole, not from byte {start}")
+    try:
+        if fmt in formats.TABLES:
+            yield from _table_documents(path, fmt, text_field)
+            return
+        with formats.open_decompressed(path, fmt) as f:
+            if formats.is_jsonl(path):
+                yield from _jsonl_documents(f, path, text_field, 0, None)
+            else:
+                yield from _text_documents(f, path, 0, None)
+    except formats.corrupt_errors() as exc:
+        reason = " ".join(str(exc).split())  # pyarrow's messages end in a newline
+        raise DataError(f"{path}: {fmt.what} that is damaged or cut short "
+                        f"({type(exc).__name__}: {reason})") from None
 
 
 def document_boundary(path: str | Path, offset: int) -> int:
@@ -284,30 +296,27 @@ def document_boundary(path: str | Path, offset: int) -> int:
 
 
 def corpus_files(spec: str) -> list[Path]:
-    """The files a corpus spec names: a file, a directory's TEXT_SUFFIXES files
-    (recursively, following links) or every file a glob matches; each real file once.
+    """The files a corpus spec names: a file, a directory's text, JSON-lines (compressed or
+    not), Parquet and Arrow files (recursively, following links), the Arrow files of a
+    folder datasets' save_to_disk wrote, or every file a glob matches; each real file once.
 
     A directory's other files are skipped with a warning on stderr that counts and names
     them, and a directory with none to read is an error; an unreadable directory inside a
     corpus directory is an error, not skipped."""
     path = Path(spec).expanduser()
     if path.is_dir():
-        _check_datasets_folder(path, spec)
+        saved = formats.datasets_files(path, _note_once)
+        if saved is not None:
+            return saved
         found = _once(sorted(_walk(path)))
-        files = [p for p in found if p.suffix in TEXT_SUFFIXES]
-        skipped = _skipped_note(path, [p for p in found if p.suffix not in TEXT_SUFFIXES])
-        kind = f"{'/'.join(TEXT_SUFFIXES)} file"
+        files = [p for p in found if formats.read_in_directory(p, TEXT_SUFFIXES)]
+        skipped = _skipped_note(path, [p for p in found if p not in files])
+        kind = "text, .jsonl, Parquet or Arrow file"
         if not files:
-            formats = [(p, not_text(p)) for p in found]
-            known = [(p, f) for p, f in formats if f]
-            if known:  # a folder of Parquet or compressed files: a glob would fail on each
-                (first, (what, todo)), n = known[0], len(known)
-                raise DataError(f"data.corpus: {spec} holds no {kind} but {n} file"
-                                f"{'s' if n > 1 else ''} like {first.name}, {what}: {todo}")
             raise DataError(f"data.corpus: {spec} holds no {kind}{skipped}")
         if skipped and (path, skipped) not in _warned:  # once, though a command lists a corpus often
             _warned.add((path, skipped))
-            print(f"pretextual: warning: data.corpus: {spec}: read {_count(files, kind)}{skipped}",
+            print(f"pretextual: warning: data.corpus: {spec}: read {_count(files, 'file')}{skipped}",
                   file=sys.stderr)
         return files
     if path.is_file():
@@ -323,21 +332,11 @@ def corpus_files(spec: str) -> list[Path]:
     raise DataError(f"data.corpus: no such file or directory: {spec}")
 
 
-def _check_datasets_folder(path: Path, spec: str) -> None:
-    """DataError for a folder Hugging Face datasets' save_to_disk wrote (Arrow files, not
-    read yet), saying how to write it as JSON lines."""
-    if (path / "dataset_dict.json").is_file():
-        split = next((p.name for p in sorted(path.iterdir()) if (p / "state.json").is_file()),
-                     "train")
-        dataset = f"load_from_disk('{spec}')['{split}']"
-    elif (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
-        dataset = f"load_from_disk('{spec}')"
-    else:
-        return
-    raise DataError(f"data.corpus: {spec} is a Hugging Face datasets folder (save_to_disk), "
-                    f"which is not read yet; write it as JSON lines and train on those: python -c "
-                    f"\"from datasets import load_from_disk; {dataset}.to_json('corpus.jsonl')\" "
-                    f"then data.corpus=corpus.jsonl (data.text_field names its text column)")
+def _note_once(line: str) -> None:
+    """A note on stderr, once per process (a command lists a corpus more than once)."""
+    if line not in _warned:
+        _warned.add(line)
+        print(f"pretextual: {line}", file=sys.stderr)
 
 
 def _once(files: list[Path]) -> list[Path]:
@@ -356,7 +355,7 @@ def _count(items: list, noun: str) -> str:
 
 
 def _skipped_note(directory: Path, skipped: list[Path]) -> str:
-    """What is said of the files a corpus directory holds besides .txt/.text/.jsonl
+    """What is said of the files a corpus directory holds that are not read
     (WikiExtractor's wiki_00, a README.md): how many, which, and how to read them."""
     if not skipped:
         return ""

@@ -37,6 +37,7 @@ import tokenizers
 from safetensors import SafetensorError
 from tokenizers import Tokenizer
 
+from pretextual.core import formats
 from pretextual.core.corpus import (EMBEDDED, Document, corpus_files, corpus_fingerprint,
                                     document_boundary, embedded_corpus, iter_documents, read_corpus)
 from pretextual.core.documents import Shard, TokenizedDocuments
@@ -107,16 +108,18 @@ def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None
 
 def _plan(corpus: str, shard_bytes: int) -> list[list[list]]:
     """The corpus cut into chunks of about ``shard_bytes``: each a list of pieces
-    ``[path, start, end, file size, mtime_ns]``. A large file is cut at document
-    boundaries; small files share a chunk; empty files are left out."""
+    ``[path, start, end, file size, mtime_ns]``. A large text file is cut at document
+    boundaries (a compressed or Parquet/Arrow file is read whole by one worker); small
+    files share a chunk; empty files are left out."""
     if corpus == EMBEDDED:
         return [[[EMBEDDED, 0, 0, 0, 0]]]
     chunks, current, filled = [], [], 0
     for path in corpus_files(corpus):
         stat = path.stat()
         start = 0
+        whole = formats.file_format(path) is not formats.TEXT  # compressed or a table
         while start < stat.st_size:
-            end = (stat.st_size if stat.st_size - start <= shard_bytes
+            end = (stat.st_size if whole or stat.st_size - start <= shard_bytes
                    else document_boundary(path, start + shard_bytes))
             if current and filled + end - start > shard_bytes:
                 chunks.append(current)

@@ -1,77 +1,160 @@
-"""Corpora in formats that are not read yet (Parquet, Arrow, datasets folders, compressed
-text): one line saying what the file is and what to do, not "not UTF-8 text"."""
+"""Corpora as people have them: compressed text and JSON lines, Parquet and Arrow files,
+datasets' save_to_disk folders, read as the same documents as the plain text, streamed in
+flat memory; a damaged or unusable file is one line naming it."""
 
 import bz2
 import gzip
+import json
 import lzma
-from pathlib import Path
+import subprocess
+import sys
 
+import pyarrow as pa
+import pyarrow.ipc
+import pyarrow.parquet
 import pytest
+import zstandard
 
 from pretextual.cli import main
+from pretextual.core.corpus import corpus_files, iter_documents, read_corpus
+from tests.run_helpers import tiny_overrides, topic_rows
 
-TEXT = b"A first sentence here. A second one follows.\n\nAnother document starts.\n"
-
-
-def _train_error(corpus: Path, capsys) -> str:
-    assert main(["train", f"data.corpus={corpus}", "trainer.max_steps=1",
-                 f"trainer.output_dir={corpus.parent / 'run'}"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and not (corpus.parent / "run").exists()
-    return err.strip()
+COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress,
+            ".zst": lambda data: zstandard.ZstdCompressor().compress(data)}
 
 
-@pytest.mark.parametrize("suffix, compress, what, todo", [
-    (".gz", gzip.compress, "a gzip-compressed file", "gunzip -k"),
-    (".bz2", bz2.compress, "a bzip2-compressed file", "bunzip2 -k"),
-    (".xz", lzma.compress, "an xz-compressed file", "unxz -k"),
-])
-def test_a_compressed_corpus_is_named_with_the_command_that_decompresses_it(
-        tmp_path, capsys, suffix, compress, what, todo):
-    corpus = tmp_path / f"corpus.txt{suffix}"
-    corpus.write_bytes(compress(TEXT))
-    assert _train_error(corpus, capsys) == (
-        f"pretextual: error: {corpus}: {what}, not text: decompress it first: {todo} {corpus} "
-        f"(pretextual reads UTF-8 text and .jsonl files)")
+def _texts(n: int = 40) -> list[str]:
+    """Documents of a few sentences, one a line or two long."""
+    rows = topic_rows(groups=n, per_group=1)
+    return [f"{r['text']} {r['text'].lower().capitalize()}\nA second line of document {i}."
+            for i, r in enumerate(rows)]
 
 
-def test_a_parquet_folder_says_how_to_write_its_text_as_json_lines(tmp_path, capsys):
-    # A Parquet file begins and ends with the magic bytes PAR1; the content is never parsed.
-    folder = tmp_path / "fineweb"
-    folder.mkdir()
-    for i in range(2):
-        (folder / f"part-{i}.parquet").write_bytes(b"PAR1" + bytes(range(256)) + b"PAR1")
-    err = _train_error(folder, capsys)
-    assert err.startswith(f"pretextual: error: data.corpus: {folder} holds no .txt/.text/.jsonl "
-                          f"file but 2 files like part-0.parquet, a Parquet file: write its text "
-                          f"column as JSON lines")
-    assert f"pd.read_parquet('{folder / 'part-0.parquet'}')" in err
+def _sentences(docs) -> list[list[str]]:
+    return [d.sentences for d in docs]
 
 
-def test_a_datasets_folder_says_how_to_write_it_as_json_lines_and_its_arrow_file_points_there(
-        tmp_path, capsys):
-    folder = tmp_path / "wiki"  # what DatasetDict.save_to_disk writes
-    (folder / "train").mkdir(parents=True)
-    (folder / "dataset_dict.json").write_text('{"splits": ["train"]}')
-    (folder / "train" / "state.json").write_text("{}")
-    arrow = folder / "train" / "data-00000-of-00001.arrow"
-    arrow.write_bytes(b"\xff\xff\xff\xff" + bytes(64))
-    assert _train_error(folder, capsys) == (
-        f"pretextual: error: data.corpus: {folder} is a Hugging Face datasets folder "
-        f"(save_to_disk), which is not read yet; write it as JSON lines and train on those: "
-        f"python -c \"from datasets import load_from_disk; load_from_disk('{folder}')['train']"
-        f".to_json('corpus.jsonl')\" then data.corpus=corpus.jsonl (data.text_field names its "
-        f"text column)")
-    assert _train_error(arrow, capsys).startswith(
-        f"pretextual: error: {arrow}: an Arrow stream (a Hugging Face datasets file), not text: "
-        f"give data.corpus the folder datasets saved")
+@pytest.fixture
+def plain(tmp_path):
+    """The same documents as text (blank line between documents) and as JSON lines."""
+    texts = _texts()
+    text = tmp_path / "plain" / "corpus.txt"
+    text.parent.mkdir()
+    text.write_text("\n\n".join(texts) + "\n")
+    jsonl = tmp_path / "plain" / "corpus.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(texts)))
+    return texts, text, jsonl
 
 
-def test_text_that_merely_starts_like_a_magic_number_is_read(tmp_path, capsys):
-    corpus = tmp_path / "notes.txt"
-    corpus.write_bytes(b"PK is a common abbreviation. BZh is not a word.\n\n" * 40)
+@pytest.mark.parametrize("suffix", list(COMPRESS))
+def test_compressed_text_and_json_lines_read_as_the_plain_files(plain, tmp_path, suffix):
+    _, text, jsonl = plain
+    for source in (text, jsonl):
+        packed = tmp_path / (source.name + suffix)
+        packed.write_bytes(COMPRESS[suffix](source.read_bytes()))
+        assert _sentences(iter_documents(packed)) == _sentences(iter_documents(source))
+        assert len(_sentences(iter_documents(packed))) == 40
+
+
+def test_parquet_arrow_and_datasets_folders_read_one_document_per_row(plain, tmp_path):
+    import datasets
+    texts, _, jsonl = plain
+    expected = _sentences(iter_documents(jsonl))
+    table = pa.table({"id": list(range(len(texts))), "text": texts})
+    pyarrow.parquet.write_table(table, tmp_path / "corpus.parquet", row_group_size=7)
+    with pa.OSFile(str(tmp_path / "corpus.arrow"), "wb") as sink, \
+            pyarrow.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=9)
+    for name in ("corpus.parquet", "corpus.arrow"):
+        assert _sentences(iter_documents(tmp_path / name)) == expected
+    dataset = datasets.Dataset.from_dict({"text": texts, "label": [0] * len(texts)})
+    dataset.save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict({"train": dataset, "test": dataset.select(range(3))}).save_to_disk(
+        str(tmp_path / "splits"))
+    assert _sentences(read_corpus(str(tmp_path / "saved"))) == expected
+    assert _sentences(read_corpus(str(tmp_path / "splits"))) == expected  # its train split
+    assert [p.parent.name for p in corpus_files(str(tmp_path / "splits"))] == ["train"]
+
+
+def test_a_directory_of_parquet_and_compressed_files_trains_and_prepares(
+        plain, tmp_path, cache_dir, capsys):
+    texts, text, _ = plain
+    corpus = tmp_path / "mixed"
+    corpus.mkdir()
+    pyarrow.parquet.write_table(pa.table({"text": texts[:20]}), corpus / "part-0.parquet")
+    (corpus / "part-1.txt.gz").write_bytes(gzip.compress("\n\n".join(texts[20:]).encode()))
+    (corpus / "notes.tar.gz").write_bytes(gzip.compress(b"not a corpus"))
+    assert len(read_corpus(str(corpus))) == 40
+    assert "skipped 1 other file (notes.tar.gz)" in capsys.readouterr().err
     out = tmp_path / "run"
-    assert main(["train", f"data.corpus={corpus}", "trainer.max_steps=1", "data.vocab_size=200",
-                 "data.max_seq_length=16", "data.batch_size=2", "trainer.export=",
-                 "trainer.plot=false", "trainer.summary_task=null", "trainer.progress=false",
-                 "trainer.eval_every=0", f"trainer.output_dir={out}"]) == 0
+    assert main(["train", "roberta", *tiny_overrides(corpus, cache_dir, out, steps=2)]) == 0
+    assert main(["prepare", str(corpus), "--out", str(tmp_path / "prepared"), "--workers", "2",
+                 "--vocab-size", "300"]) == 0
+    manifest = json.loads((tmp_path / "prepared" / "manifest.json").read_text())
+    assert manifest["documents"] == 40
+
+
+def _error(capsys, *argv) -> str:
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    return err.strip().removeprefix("pretextual: error: ")
+
+
+def test_bad_files_are_one_line_naming_them(tmp_path, capsys):
+    no_text = tmp_path / "no_text.parquet"
+    pyarrow.parquet.write_table(pa.table({"content": ["A sentence."], "id": [1]}), no_text)
+    assert _error(capsys, "prepare", str(no_text), "--out", str(tmp_path / "p1")) == (
+        f"{no_text}: no 'text' column (columns: content, id); set data.text_field")
+    numbers = tmp_path / "numbers.parquet"
+    pyarrow.parquet.write_table(pa.table({"text": [1, 2]}), numbers)
+    assert _error(capsys, "prepare", str(numbers), "--out", str(tmp_path / "p2")) == (
+        f"{numbers}: column 'text' is int64, not a string; set data.text_field")
+    cut = tmp_path / "cut.txt.gz"
+    whole = gzip.compress("".join(f"Sentence number {i}.\n" for i in range(5000)).encode())
+    cut.write_bytes(whole[:len(whole) // 2])
+    assert _error(capsys, "prepare", str(cut), "--out", str(tmp_path / "p3")).startswith(
+        f"{cut}: a gzip-compressed file that is damaged or cut short (EOFError: ")
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1" + bytes(100) + b"PAR1")
+    assert _error(capsys, "prepare", str(broken), "--out", str(tmp_path / "p4")).startswith(
+        f"{broken}: a Parquet file that is damaged or cut short (OSError: ")
+    archive = tmp_path / "corpus.zip"
+    archive.write_bytes(b"PK\x03\x04" + bytes(40))
+    assert _error(capsys, "prepare", str(archive), "--out", str(tmp_path / "p5")) == (
+        f"{archive}: a zip archive, which is not read: extract it first (unzip {archive})")
+
+
+def test_a_missing_extra_is_named(tmp_path, capsys, monkeypatch):
+    corpus = tmp_path / "corpus.parquet"
+    pyarrow.parquet.write_table(pa.table({"text": ["A sentence."]}), corpus)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # an import of it fails
+    assert _error(capsys, "prepare", str(corpus), "--out", str(tmp_path / "p")) == (
+        f"{corpus}: a Parquet file: reading it needs pyarrow: pip install 'pretextual[arrow]'")
+
+
+READ_AND_MEASURE = """
+import json, resource, sys
+from pretextual.core.corpus import iter_documents
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+count = size = 0
+for doc in iter_documents(sys.argv[1]):
+    count += 1
+    size += sum(map(len, doc.sentences))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"documents": count, "chars": size, "growth_kb": after - before}))
+"""
+
+
+def test_a_parquet_corpus_four_times_the_memory_allowed_is_read_in_flat_memory(tmp_path):
+    # 256 MB of text in 64 KB documents, row groups of 4 MB; reading may grow by 64 MB.
+    path, words = tmp_path / "big.parquet", ["river", "boat", "stone", "market", "tower", "leaf"]
+    document = " ".join(f"{words[i % 6]}{i % 1000}." for i in range(9000))[:65536]
+    schema = pa.schema([("text", pa.string())])
+    with pyarrow.parquet.ParquetWriter(str(path), schema) as writer:
+        for group in range(64):
+            writer.write_table(pa.table({"text": [f"Group {group}. {document}"] * 64}, schema))
+    result = json.loads(subprocess.run([sys.executable, "-c", READ_AND_MEASURE, str(path)],
+                                       capture_output=True, text=True, check=True).stdout)
+    assert result["documents"] == 64 * 64 and result["chars"] > 250 << 20
+    assert result["growth_kb"] < 64 << 10, f"RSS grew by {result['growth_kb'] >> 10} MB"
