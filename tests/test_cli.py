@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pretextual.cli import main
-from tests.run_helpers import tiny_overrides, write_topic_task
+from run_helpers import tiny_overrides, write_topic_task
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -41,13 +41,29 @@ class ModelConfig:
 
 
 @dataclass
+class SourceConfig:
+    """One corpus of a mix (data.sources[i])."""
+
+    corpus: Optional[str] = None
+    """The source's corpus, in any form data.corpus takes."""
+    prepared: Optional[str] = None
+    """A directory `pretextual prepare` wrote for this source, instead of corpus (every source then shares one tokenizer: prepare each with --tokenizer)."""
+    weight: Optional[float] = None
+    """The source's share of the training batches, relative to the other sources' weights; unset: 1, or its size^(1/T) under data.mix_temperature."""
+    name: Optional[str] = None
+    """The name metrics.jsonl logs its share under (source/<name>/share); unset: the corpus's file or folder name."""
+    text_field: Optional[str] = None
+    """Overrides data.text_field for this source."""
+
+
+@dataclass
 class DataConfig:
     corpus: str = "embedded"
-    """A text file (one sentence or paragraph per line, blank line between documents) or a .jsonl file (one document per line, in data.text_field), whatever its name; a directory, of which the .txt, .text and .jsonl files are read (others are skipped with a warning naming them); a glob (quoted), of which every matched file is read; or 'embedded' (text shipped with Python)."""
+    """A text file (one sentence or paragraph per line, blank line between documents) or a .jsonl file (one document per line, in data.text_field), either may be gzip/bzip2/xz/zstd-compressed (.txt.gz, .jsonl.zst; streamed); a Parquet or Arrow file (one document per row of the data.text_field column; the arrow extra); a folder datasets' save_to_disk wrote (its train split); a directory, of which the .txt, .text, .jsonl (compressed or not), .parquet and .arrow files are read (others are skipped with a warning naming them); a glob (quoted), of which every matched file is read; or 'embedded' (text shipped with Python). Formats are told by a file's first bytes, whatever its name."""
     prepared: Optional[str] = None
     """A directory written by `pretextual prepare`: train from its memory-mapped shards (and tokenizer) instead of reading data.corpus, for corpora larger than memory."""
     text_field: str = "text"
-    """Field holding the text in .jsonl corpora."""
+    """Field holding the text in .jsonl corpora, column holding it in Parquet and Arrow ones."""
     tokenizer: Optional[str] = None
     """A tokenizer.json to use, a directory holding one (a transformers model directory, a pretextual export), or a BERT WordPiece vocab.txt (or a directory holding vocab.txt and no tokenizer.json; lower-cased unless a tokenizer_config.json beside it says do_lower_case: false); unset trains a WordPiece tokenizer on the corpus."""
     vocab_size: int = 8192
@@ -64,6 +80,10 @@ class DataConfig:
     """Where tokenizers and tokenized corpora are cached between runs."""
     num_workers: Optional[int] = None
     """DataLoader worker processes preparing batches ahead of the step (kept alive between epochs and evaluations); unset: none on the CPU, where workers would take the step's cores, 4 on other devices."""
+    sources: list[SourceConfig] = field(default_factory=list)
+    """Several corpora mixed by weight, instead of data.corpus: a list of {corpus (or prepared), weight, name, text_field}. Each training batch comes from one source, the sources interleaved evenly so that every source's share of the batches is its weight's share to within 1/1000 at any step; each source keeps its own held-out split, and evaluation reads them all."""
+    mix_temperature: Optional[float] = None
+    """Weigh the sources by their size (tokens) to the power 1/T, as multilingual encoders do (T=1: by size; larger T: closer to uniform); the sources then give no weight."""
 
 
 @dataclass

@@ -154,6 +154,16 @@ class TokenizedDocuments:
         return view
 
     @classmethod
+    def concatenate(cls, views: Sequence["TokenizedDocuments"]) -> "TokenizedDocuments":
+        """The documents of several views, one after another, as one view (no copy)."""
+        shards, documents, offset = [], [], 0
+        for view in views:
+            shards += view.shards
+            documents.append(view.documents + offset)
+            offset += view._first[-1]
+        return cls.from_shards(shards, np.concatenate(documents) if documents else None)
+
+    @classmethod
     def from_documents(cls, docs: Sequence[Document], tokenizer: Tokenizer) -> "TokenizedDocuments":
         sentences = [s for d in docs for s in d.sentences]
         encodings = tokenizer.encode_batch(sentences, add_special_tokens=False)

@@ -89,7 +89,7 @@ def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None
     if tokenizer is None and data_cfg.tokenizer:
         tokenizer = load_tokenizer(data_cfg.tokenizer)
     elif tokenizer is None:
-        tokenizer = _train_tokenizer((s for d in docs for s in d.sentences), data_cfg,
+        tokenizer = train_tokenizer((s for d in docs for s in d.sentences), data_cfg,
                                      f"{len(docs)} documents", log)
     tokenized = TokenizedDocuments.from_documents(docs, tokenizer)
     if len(tokenized.ids) == 0:
@@ -167,7 +167,7 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
             f"equally frequent pieces in an order that changes from run to run, so a prepare into "
             f"another directory can give another tokenizer.json; for the same one, pass "
             f"--tokenizer {tokenizer_file}")
-        tokenizer = _train_tokenizer(_sample_sentences(corpus, data_cfg.text_field, sample_bytes),
+        tokenizer = train_tokenizer(_sample_sentences(corpus, data_cfg.text_field, sample_bytes),
                                      data_cfg, f"the first {sample_bytes / MB:.3g} MB of {corpus}", log)
     text = tokenizer.to_str()
     recipe["sha256"] = sha256(text.encode())
@@ -175,7 +175,7 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
     return tokenizer
 
 
-def _train_tokenizer(sentences, data_cfg, what: str, log):
+def train_tokenizer(sentences, data_cfg, what: str, log):
     """A WordPiece tokenizer of data.vocab_size trained on ``sentences``; a note when the
     text gives another size (fewer pieces than asked, or more: its characters alone)."""
     log(f"training a WordPiece tokenizer (vocab {data_cfg.vocab_size}) on {what}")

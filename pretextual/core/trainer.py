@@ -4,6 +4,7 @@ process, or many under torchrun with DistributedDataParallel."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from contextlib import nullcontext
@@ -29,6 +30,7 @@ from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objective
                                  resolved_objectives)
 from pretextual.core.optim import adamw, decay_groups, linear_schedule
 from pretextual.core.run_data import run_corpus, split_batches
+from pretextual.core.sources import MixedBatches
 from pretextual.core.run_dir import RunDirectory, latest_run, new_run_path, point_latest
 from pretextual.core.step import MixForward, NonFinite, next_batch
 from pretextual.core.tokenizer import TOKENIZER_FILE, has_word_boundaries, tokenizer_sha256, vocab_of
@@ -66,6 +68,24 @@ def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
     return names
 
 
+def _check_loggers(names, plugins: Plugins) -> None:
+    """Each of trainer.loggers registered and its packages installed (else one ConfigError
+    line): a logger asked for must not be found missing hours into the run. A logger on by
+    default (``warn_if_missing``) says itself that it logs nothing."""
+    for name in names:
+        if ("logger", name) in plugins.clashes:
+            raise ConfigError(f"trainer.loggers: {plugins.clashes[('logger', name)]}")
+        spec = plugins.loggers.get(name)
+        if spec is None:
+            raise ConfigError(f"trainer.loggers: no plugin registers a logger named {name!r} "
+                              f"(known: {', '.join(sorted(plugins.loggers))})")
+        missing = [m for m in spec.requires if importlib.util.find_spec(m) is None]
+        if missing and not spec.warn_if_missing:
+            raise ConfigError(f"trainer.loggers: {name} needs the {missing[0]} package, which is "
+                              f"not installed: {spec.install or f'pip install {missing[0]}'} "
+                              f"(or leave {name} out of trainer.loggers)")
+
+
 class Trainer:
     """One training run, set up from a resolved config.
 
@@ -96,6 +116,7 @@ class Trainer:
         self.run_dir.check_writable()
         self.run_dir.check_free()
         self.export_formats = _export_formats(cfg.trainer.export, self.plugins)
+        _check_loggers(cfg.trainer.loggers, self.plugins)
         objectives = check_objectives(cfg.objectives, self.plugins)
         cfg.objectives = resolved_objectives(objectives)  # config.yaml records every option
         self.resuming = resume
@@ -305,6 +326,14 @@ class Trainer:
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.bf16)
 
+    def _source_shares(self) -> dict[str, float]:
+        """Under data.sources: each source's share of the micro-batches trained on so far."""
+        if not isinstance(self.train_batches, MixedBatches):
+            return {}
+        n = self.step * self.cfg.trainer.grad_accum_steps * self.world.world_size
+        counts = self.train_batches.counts(n)
+        return {f"source/{name}/share": int(c) / n for name, c in zip(self.train_batches.names, counts)}
+
     def _write_metrics(self, record: dict) -> None:
         record["time"] = round(self._time_offset + time.perf_counter() - self._started, 3)
         self.run_dir.append_metrics(record)
@@ -451,6 +480,7 @@ class Trainer:
                               **{f"weight/{k}": w for k, w in weights.items()},
                               "lr": lr, "tokens": tokens,
                               "tokens_per_s": tokens_seen / max(now - clock, 1e-9)}
+                    record.update(self._source_shares())
                     if skipped:
                         record["skipped"] = 1
                     clock = now

@@ -7,7 +7,7 @@ import sys
 
 from pretextual.cli import main
 from pretextual.core.console import count, duration, metrics_text
-from tests.run_helpers import tiny_overrides
+from run_helpers import tiny_overrides
 
 
 def _train(corpus_file, cache_dir, tmp_path, capsys, *extra, steps=6):

@@ -17,7 +17,7 @@ import zstandard
 
 from pretextual.cli import main
 from pretextual.core.corpus import corpus_files, iter_documents, read_corpus
-from tests.run_helpers import tiny_overrides, topic_rows
+from run_helpers import tiny_overrides, topic_rows
 
 COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress,
             ".zst": lambda data: zstandard.ZstdCompressor().compress(data)}
