@@ -57,7 +57,7 @@ def test_third_party_exporter_takes_part(mlm_run, tmp_path, plugin_module):
     assert json.loads((out / "export.json").read_text())["formats"]["sizes"]["metrics"] == {"hidden": 128}
 
 
-def test_the_default_asks_heads_only_of_formats_that_write_them(mlm_run, tmp_path, plugin_module):
+def test_the_default_writes_heads_only_where_a_selected_format_can(mlm_run, tmp_path, plugin_module):
     def export(model, out_dir, options):
         (out_dir / "heads.txt").write_text(str(options.with_heads))
         return ExportSummary(files=["heads.txt"])
