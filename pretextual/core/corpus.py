@@ -196,7 +196,7 @@ def _jsonl_documents(f, path: Path, text_field: str, start: int, end: int | None
         except (KeyError, TypeError):
             raise DataError(f"{path}:{_line_at(path, start, lines)}: no {text_field!r} field "
                             f"(set data.text_field)") from None
-        document = _record_document(text, f"{path}@{offset}")
+        document = _record_document(text, text_field, f"{path}@{offset}")
         if isinstance(document, str):
             raise DataError(f"{path}:{_line_at(path, start, lines)}: {document}")
         if document is not None:
@@ -209,22 +209,52 @@ def _line_at(path: Path, start: int, lines: int) -> int:
     return lines if start == 0 else _line_number(path, start) - 1 + lines
 
 
-def _record_document(text, source: str) -> Document | str | None:
+def _record_document(text, text_field: str, source: str) -> Document | str | None:
     """The document of one record's text (a JSON line's field, a table's cell): None for
     no text, a message for a value that is not a string."""
     if text is None:  # a record without text, like an empty one
         return None
     if not isinstance(text, str):
-        return f"field is {type(text).__name__}, not a string (set data.text_field)"
+        return f"field {text_field!r} is {type(text).__name__}, not a string (set data.text_field)"
     sentences = [s for p in text.splitlines() if p.strip()
                  for s in split_sentences(" ".join(p.split()))]
     return Document(sentences, source) if sentences else None
 
 
+def documents_of(items, text_field: str = "text") -> list[Document]:
+    """Documents from Python objects (pretextual.train's documents): a Hugging Face
+    datasets.Dataset (its ``text_field`` column), or an iterable of strings or of dicts
+    holding ``text_field``; each item one document. DataError for an item of another kind."""
+    if hasattr(items, "column_names"):  # a datasets.Dataset: read the one column
+        if text_field not in items.column_names:
+            raise DataError(f"documents: the dataset has no {text_field!r} column (columns: "
+                            f"{', '.join(items.column_names)}); set data.text_field")
+        items = items[text_field] if len(items) < 1 << 16 else (row[text_field] for row in items)
+    documents = []
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            if text_field not in item:
+                raise DataError(f"documents[{i}]: no {text_field!r} key (set data.text_field)")
+            text = item[text_field]
+        elif isinstance(item, str):
+            text = item
+        else:
+            raise DataError(f"documents[{i}]: {type(item).__name__}, not a string or a dict "
+                            f"holding {text_field!r}")
+        document = _record_document(text, text_field, f"documents[{i}]")
+        if isinstance(document, str):
+            raise DataError(f"documents[{i}]: {document}")
+        if document is not None:
+            documents.append(document)
+    if not documents:
+        raise DataError("documents: holds no text")
+    return documents
+
+
 def _table_documents(path: Path, fmt: formats.Format, text_field: str) -> Iterator[Document]:
     """One document per row of a Parquet or Arrow file's text column."""
     for row, text in formats.table_texts(path, fmt, text_field):
-        document = _record_document(text, f"{path}@row{row}")
+        document = _record_document(text, text_field, f"{path}@row{row}")
         if document is not None:
             yield document
 

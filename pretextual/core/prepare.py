@@ -67,13 +67,17 @@ def _write_error(path: Path, exc: OSError) -> DataError:
                      f"are kept, run prepare again to resume")
 
 
-def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None
+def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None,
+                     documents: list[Document] | None = None
                      ) -> tuple[Tokenizer, TokenizedDocuments]:
     """The run's tokenizer and tokenized documents: memory-mapped from data.prepared
     when it is set, else from the cache when present, else read and tokenized.
     ``tokenizer``: the one the text must be tokenized with (a resumed run's, the main
     process's), instead of data.tokenizer or a trained one; the cache serves only when it
-    holds that one. data.prepared comes with its own tokenizer, returned as it is."""
+    holds that one. data.prepared comes with its own tokenizer, returned as it is.
+    ``documents``: tokenize these instead of any corpus (no cache: they have no file)."""
+    if documents is not None:
+        return _tokenize(documents, data_cfg, tokenizer, f"{len(documents)} documents", log)
     if data_cfg.prepared:
         return open_prepared(data_cfg.prepared, data_cfg.tokenizer, log)
     cache = Path(os.path.expanduser(data_cfg.cache_dir)) / _cache_key(data_cfg)
@@ -86,14 +90,8 @@ def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None
         except Exception as exc:  # a damaged cache is rebuilt, never trusted
             print(f"pretextual: warning: rebuilding damaged cache {cache}: {exc}", file=sys.stderr)
     docs = read_corpus(data_cfg.corpus, data_cfg.text_field)
-    if tokenizer is None and data_cfg.tokenizer:
-        tokenizer = load_tokenizer(data_cfg.tokenizer)
-    elif tokenizer is None:
-        tokenizer = train_tokenizer((s for d in docs for s in d.sentences), data_cfg,
-                                     f"{len(docs)} documents", log)
-    tokenized = TokenizedDocuments.from_documents(docs, tokenizer)
-    if len(tokenized.ids) == 0:
-        raise DataError(f"data.corpus: {data_cfg.corpus} gives no tokens")
+    tokenizer, tokenized = _tokenize(docs, data_cfg, tokenizer, f"data.corpus: {data_cfg.corpus}",
+                                     log)
     try:
         cache.mkdir(parents=True, exist_ok=True)
         tokenized.save(tokens_file)
@@ -173,6 +171,21 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
     recipe["sha256"] = sha256(text.encode())
     _write_outputs({tokenizer_file: text, recipe_file: json.dumps(recipe)})
     return tokenizer
+
+
+def _tokenize(docs: list[Document], data_cfg, tokenizer: Tokenizer | None, what: str, log
+              ) -> tuple[Tokenizer, TokenizedDocuments]:
+    """``docs`` tokenized with ``tokenizer``, else data.tokenizer, else a WordPiece
+    tokenizer trained on them; ``what`` names them in the error for no tokens."""
+    if tokenizer is None and data_cfg.tokenizer:
+        tokenizer = load_tokenizer(data_cfg.tokenizer)
+    elif tokenizer is None:
+        tokenizer = train_tokenizer((s for d in docs for s in d.sentences), data_cfg,
+                                    f"{len(docs)} documents", log)
+    tokenized = TokenizedDocuments.from_documents(docs, tokenizer)
+    if len(tokenized.ids) == 0:
+        raise DataError(f"{what} gives no tokens")
+    return tokenizer, tokenized
 
 
 def train_tokenizer(sentences, data_cfg, what: str, log):

@@ -24,16 +24,17 @@ def _documents(n: int) -> str:
 
 
 def run_corpus(data: DictConfig, world, device, log, required: Tokenizer | None = None,
-               source: str = ""):
+               source: str = "", documents: list | None = None):
     """The run's tokenizer and documents (under data.sources, each source's: a list of
     Source). The main process tokenizes (training the
     tokenizer, whose ties tokenizers breaks differently in each process, unless
     ``required``, read from ``source``, is given) and fills the cache; the others tokenize
-    with its tokenizer, from the cache when it holds that one."""
+    with its tokenizer, from the cache when it holds that one. ``documents``: the run's
+    documents given in Python (pretextual.train), instead of data.corpus."""
     def read(tokenizer):
         if data.sources:
             return source_corpora(data, log, tokenizer)
-        return tokenized_corpus(data, log=log, tokenizer=tokenizer)
+        return tokenized_corpus(data, log=log, tokenizer=tokenizer, documents=documents)
 
     if world.is_main:
         tokenizer, docs = read(required)

@@ -90,7 +90,7 @@ class Trainer:
     """One training run, set up from a resolved config.
 
     ``run_name`` names the run's directory when trainer.output_dir is unset
-    (runs/<run_name>-<time>). ``resume``: continue the run in trainer.output_dir (unset:
+    (runs/<run_name>-<time>). ``documents``: the run's Documents, instead of data.corpus. ``resume``: continue the run in trainer.output_dir (unset:
     the one runs/latest points at) from its newest checkpoint, with
     the tokenizer it was trained with. Without it a directory holding checkpoints, an
     export or files that are not a run's is an error, unless trainer.overwrite_output_dir
@@ -98,7 +98,7 @@ class Trainer:
     while it runs: a second process training there gets an error."""
 
     def __init__(self, cfg: DictConfig, plugins: Plugins | None = None, log=print,
-                 resume: bool = False, run_name: str = "run"):
+                 resume: bool = False, run_name: str = "run", documents: list | None = None):
         self.cfg = cfg
         self.device = dist_utils.device_for(cfg.trainer.device)
         self.world = dist_utils.init_world(self.device)
@@ -125,7 +125,7 @@ class Trainer:
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
         required = self.run_dir.resumed_tokenizer() if self.world.is_main and resume else None
         self.tokenizer, docs = run_corpus(cfg.data, self.world, self.device, self.log, required,
-                                          str(self.out / TOKENIZER_FILE))
+                                          str(self.out / TOKENIZER_FILE), documents)
         self.vocab = vocab_of(self.tokenizer)  # every tokenizer read from a file was checked there
         self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
