@@ -8,6 +8,7 @@ import json
 import lzma
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -98,6 +99,8 @@ def _error(capsys, *argv) -> str:
     assert main(list(argv)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
+    out = Path(argv[argv.index("--out") + 1])
+    assert not (out / "manifest.json").exists()  # no prepared corpus claims to be complete
     return err.strip().removeprefix("pretextual: error: ")
 
 
