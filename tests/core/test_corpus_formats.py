@@ -22,6 +22,7 @@ from run_helpers import tiny_overrides, topic_rows
 
 COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress,
             ".zst": lambda data: zstandard.ZstdCompressor().compress(data)}
+TEXT_BYTES = b"A first sentence here. A second one follows.\n\nAnother document starts.\n"
 
 
 def _texts(n: int = 40) -> list[str]:
@@ -131,9 +132,15 @@ def test_bad_files_are_one_line_naming_them(tmp_path, capsys):
 def test_a_missing_extra_is_named(tmp_path, capsys, monkeypatch):
     corpus = tmp_path / "corpus.parquet"
     pyarrow.parquet.write_table(pa.table({"text": ["A sentence."]}), corpus)
+    packed = tmp_path / "corpus.txt.zst"
+    packed.write_bytes(COMPRESS[".zst"](TEXT_BYTES))
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # an import of it fails
+    monkeypatch.setitem(sys.modules, "zstandard", None)
     assert _error(capsys, "prepare", str(corpus), "--out", str(tmp_path / "p")) == (
         f"{corpus}: a Parquet file: reading it needs pyarrow: pip install 'pretextual[arrow]'")
+    assert _error(capsys, "prepare", str(packed), "--out", str(tmp_path / "q")) == (
+        f"{packed}: a zstd-compressed file: reading it needs zstandard: "
+        f"pip install 'pretextual[zstd]'")
 
 
 READ_AND_MEASURE = """
