@@ -91,7 +91,9 @@ class TrainerConfig:
     max_steps: int = 1000
     """Optimizer steps to train for."""
     lr: float = 3e-3
-    """Peak learning rate of AdamW."""
+    """Peak learning rate."""
+    optimizer: str = "adamw"
+    """adamw (trainer.adam_* apply), adafactor (torch's; factored second moments), or one a plugin registers."""
     weight_decay: float = 0.01
     """AdamW weight decay (not applied to biases and LayerNorm weights)."""
     adam_beta1: float = 0.9
@@ -101,7 +103,17 @@ class TrainerConfig:
     adam_eps: float = 1e-6
     """AdamW epsilon."""
     warmup_steps: int = 100
-    """Linear warm-up steps; the learning rate then decays linearly to zero at max_steps."""
+    """Linear warm-up steps, before the schedule's own shape."""
+    lr_schedule: str = "linear"
+    """After warm-up: linear (decay to min_lr_ratio at max_steps), cosine, constant, inverse_sqrt, wsd (warmup-stable-decay: the peak, then a decay over the last decay_steps), or one a plugin registers."""
+    min_lr_ratio: float = 0.0
+    """Where linear, cosine and wsd decay to, as a fraction of trainer.lr."""
+    decay_steps: Optional[int] = None
+    """wsd: steps of the final decay; unset: decay_fraction of max_steps. Resuming a stable-phase checkpoint with a new max_steps (and decay_steps) decays toward the new end."""
+    decay_fraction: float = 0.1
+    """wsd: the decay's share of max_steps when decay_steps is unset."""
+    decay_shape: str = "linear"
+    """wsd: the decay's shape, linear, cosine or 1-sqrt (ModernBERT's)."""
     grad_accum_steps: int = 1
     """Micro-batches per optimizer step."""
     max_grad_norm: float = 1.0

@@ -28,7 +28,7 @@ from pretextual.core.data import Batches
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
 from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objectives,
                                  resolved_objectives)
-from pretextual.core.optim import adamw, decay_groups, linear_schedule
+from pretextual.core.optim import LR_SCHEDULES, OPTIMIZERS, ScheduleSettings, decay_groups
 from pretextual.core.run_data import run_corpus, split_batches
 from pretextual.core.sources import MixedBatches
 from pretextual.core.run_dir import RunDirectory, latest_run, new_run_path, point_latest
@@ -86,6 +86,12 @@ def _check_loggers(names, plugins: Plugins) -> None:
                               f"(or leave {name} out of trainer.loggers)")
 
 
+def _check_registered(key: str, name: str, registry: dict) -> None:
+    if name not in registry:
+        raise ConfigError(f"{key}: no optimizer or schedule is registered as {name!r} "
+                          f"(known: {', '.join(sorted(registry))})")
+
+
 class Trainer:
     """One training run, set up from a resolved config.
 
@@ -116,6 +122,8 @@ class Trainer:
         self.run_dir.check_writable()
         self.run_dir.check_free()
         self.export_formats = _export_formats(cfg.trainer.export, self.plugins)
+        _check_registered("trainer.optimizer", cfg.trainer.optimizer, OPTIMIZERS)
+        _check_registered("trainer.lr_schedule", cfg.trainer.lr_schedule, LR_SCHEDULES)
         _check_loggers(cfg.trainer.loggers, self.plugins)
         objectives = check_objectives(cfg.objectives, self.plugins)
         cfg.objectives = resolved_objectives(objectives)  # config.yaml records every option
@@ -160,9 +168,8 @@ class Trainer:
                 self.forward, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 find_unused_parameters=self._has_unused_parameters())
         t = cfg.trainer
-        self.optimizer = adamw(decay_groups(self.model, t.weight_decay), lr=t.lr,
-                               betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
-        self._lr_factor = linear_schedule(t.warmup_steps, t.max_steps)
+        self.optimizer = OPTIMIZERS[t.optimizer](decay_groups(self.model, t.weight_decay), t)
+        self._lr_factor = LR_SCHEDULES[t.lr_schedule](ScheduleSettings.of(t))
         if t.warmup_steps > t.max_steps:
             self.log(f"warning: trainer.warmup_steps={t.warmup_steps} is more than trainer.max_steps="
                      f"{t.max_steps}: the learning rate rises for the whole run and peaks at "
