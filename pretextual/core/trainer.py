@@ -28,6 +28,7 @@ from pretextual.core.data import Batches
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
 from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objectives,
                                  resolved_objectives)
+from pretextual.core.init_from import load_start, load_weights, start_config, start_tokenizer
 from pretextual.core.optim import LR_SCHEDULES, OPTIMIZERS, ScheduleSettings, decay_groups
 from pretextual.core.run_data import run_corpus, split_batches
 from pretextual.core.sources import MixedBatches
@@ -131,11 +132,19 @@ class Trainer:
         if not (resume and list_checkpoints(self.run_dir.checkpoints)):
             self._check_fresh_run_dir()
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
+        resumed_run = resume and bool(list_checkpoints(self.run_dir.checkpoints))
+        self.start = load_start(cfg.model.init_from) if cfg.model.init_from else None
         required = self.run_dir.resumed_tokenizer() if self.world.is_main and resume else None
+        source = str(self.out / TOKENIZER_FILE)
+        if required is None and self.start is not None and not cfg.data.tokenizer:
+            required, source = start_tokenizer(self.start), f"model.init_from={cfg.model.init_from}"
         self.tokenizer, docs = run_corpus(cfg.data, self.world, self.device, self.log, required,
-                                          str(self.out / TOKENIZER_FILE), documents)
+                                          source, documents)
         self.vocab = vocab_of(self.tokenizer)  # every tokenizer read from a file was checked there
-        self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
+        if self.start is not None:
+            self.encoder_config = start_config(cfg, self.start, self.vocab.size)
+        else:
+            self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
                                has_word_boundaries(self.tokenizer))
         self.mix = ObjectiveMix(objectives, context)
@@ -152,7 +161,11 @@ class Trainer:
                          "'pretextual[eval]'); this run probes no downstream task")
 
         torch.manual_seed(cfg.trainer.seed)
-        self.model = PretrainingModel(self.encoder_config, self.mix.heads).to(self.device)
+        self.model = PretrainingModel(self.encoder_config, self.mix.heads)
+        if self.start is not None and not resumed_run:  # a resume loads its own checkpoint
+            load_weights(self.model, self.start, cfg.model.init_from, self.log)
+        self.start = None  # its tensors are copied; let them go
+        self.model.to(self.device)
         self.accelerations = accelerate(self.model.bert, self.device.type, cfg.trainer.compile)
         self.forward = MixForward(self.model, self.mix)
         if cfg.trainer.fsdp and self.world.enabled:

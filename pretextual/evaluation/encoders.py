@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from pretextual.core.checkpoint import STATE_FILE
 from pretextual.core.encoder import BertModel
 from pretextual.core.tokenizer import tokenizer_sha256, vocab_of
-from pretextual.errors import CheckpointError, EvaluationError
+from pretextual.errors import EvaluationError
 from pretextual.exporters.hf import with_post_processor
-from pretextual.exporters.load import CONFIG_FILE, from_pretrained
-from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
+from pretextual.exporters.load import load_pretrained
 
 UNKNOWN_SEED = 0
 """The initialisation seed assumed for an export or a transformers directory, which do
@@ -47,22 +44,11 @@ def load_encoder(path: str) -> Encoder:
     ``pretextual export`` directory or a directory saved by transformers
     (``save_pretrained`` of BertModel / BertForMaskedLM / BertForPreTraining and its
     tokenizer). One CheckpointError line names what is missing or of another kind."""
-    where = Path(path)
-    if not where.is_dir():
-        raise CheckpointError(f"{path}: no such model directory (a run, a checkpoint, an "
-                              f"export or a transformers save_pretrained directory)")
-    if (where / "checkpoints").is_dir() or (where / STATE_FILE).is_file():
-        ckpt = find_checkpoint(where)
-        loaded = load_checkpoint_model(ckpt)
-        try:
-            seed = int(ckpt.meta["config"]["trainer"]["seed"])
-        except (KeyError, TypeError, ValueError):
-            seed = UNKNOWN_SEED
-    elif (where / CONFIG_FILE).is_file():
-        loaded, seed = from_pretrained(where), UNKNOWN_SEED
-    else:
-        raise CheckpointError(f"{path}: not a run, checkpoint or model directory (no "
-                              f"checkpoints/, {STATE_FILE} or {CONFIG_FILE})")
+    loaded, config = load_pretrained(path)
+    try:
+        seed = int(config["trainer"]["seed"]) if config is not None else UNKNOWN_SEED
+    except (KeyError, TypeError, ValueError):
+        seed = UNKNOWN_SEED
     tokenizer = with_post_processor(loaded.tokenizer)
     tokenizer.no_padding()  # a transformers tokenizer.json may carry its own
     tokenizer.no_truncation()

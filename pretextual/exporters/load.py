@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from pretextual.core.checkpoint import read_tensors
+from pretextual.core.checkpoint import STATE_FILE, read_tensors
 from pretextual.core.encoder import EncoderConfig
 from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer
 from pretextual.errors import CheckpointError
@@ -25,6 +25,26 @@ HEADS_FILE = "pretextual_heads.safetensors"
 
 # Hugging Face ties these to other tensors; a checkpoint saved by transformers may still hold them.
 _TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+
+
+def load_pretrained(path: str | Path) -> tuple[ExportedModel, dict | None]:
+    """(model, the training config of its run or None) of a run directory (its newest
+    checkpoint), a checkpoint, a ``pretextual export`` directory or a directory saved by
+    transformers (``save_pretrained`` of BertModel / BertForMaskedLM / BertForPreTraining
+    and its tokenizer). One CheckpointError line names what is missing or of another kind."""
+    from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
+    where = Path(path)
+    if not where.is_dir():
+        raise CheckpointError(f"{path}: no such model directory (a run, a checkpoint, an "
+                              f"export or a transformers save_pretrained directory)")
+    if (where / "checkpoints").is_dir() or (where / STATE_FILE).is_file():
+        ckpt = find_checkpoint(where)
+        config = ckpt.meta.get("config")
+        return load_checkpoint_model(ckpt), config if isinstance(config, dict) else None
+    if (where / CONFIG_FILE).is_file():
+        return from_pretrained(where), None
+    raise CheckpointError(f"{path}: not a run, checkpoint or model directory (no "
+                          f"checkpoints/, {STATE_FILE} or {CONFIG_FILE})")
 
 
 def from_pretrained(path: str | Path) -> ExportedModel:

@@ -1,0 +1,84 @@
+"""model.init_from: a run that starts from trained weights (a pretextual run, an export, or
+a directory transformers saved), with a fresh optimizer and step, as domain adaptation
+does. The sizes come from the checkpoint, its tokenizer becomes the run's unless
+data.tokenizer is set, and each of the run's heads that the checkpoint has is loaded."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from omegaconf import DictConfig
+from tokenizers import Tokenizer
+
+from pretextual.core.config_checks import MODEL_SIZES
+from pretextual.core.encoder import EncoderConfig
+from pretextual.errors import ConfigError
+from pretextual.plugins.api import ExportedModel
+
+DEFAULT_POSITIONS = 512
+"""model.max_position_embeddings's default: a value other than it is the user's own."""
+
+
+def load_start(path: str) -> ExportedModel:
+    """The model model.init_from names (one CheckpointError line when it is not one)."""
+    from pretextual.exporters.load import load_pretrained
+    loaded, _ = load_pretrained(path)
+    return loaded
+
+
+def start_tokenizer(start: ExportedModel) -> Tokenizer:
+    """The checkpoint's tokenizer as a run tokenizes with it (no padding, no truncation)."""
+    tokenizer = Tokenizer.from_str(start.tokenizer.to_str())
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def start_config(cfg: DictConfig, start: ExportedModel, vocab_size: int) -> EncoderConfig:
+    """The encoder config of the run: the checkpoint's sizes with the config's dropouts. A
+    model.* size the config sets to another value than the checkpoint's, or a
+    data.tokenizer of another vocabulary size, is a ConfigError."""
+    theirs = start.encoder.config
+    m = cfg.model
+    if vocab_size != theirs.vocab_size:
+        raise ConfigError(f"data.tokenizer={cfg.data.tokenizer}: has {vocab_size} tokens, but "
+                          f"the encoder of model.init_from={m.init_from} has {theirs.vocab_size}")
+    for key in (*MODEL_SIZES, "max_position_embeddings"):
+        ours = m[key]
+        if key == "max_position_embeddings" and ours == DEFAULT_POSITIONS:
+            continue
+        if ours is not None and ours != getattr(theirs, key):
+            raise ConfigError(f"model.{key}={ours}: model.init_from={m.init_from} has "
+                              f"{key}={getattr(theirs, key)}; its sizes are the run's, so leave "
+                              f"model.{key} unset")
+    if cfg.data.max_seq_length > theirs.max_position_embeddings:
+        raise ConfigError(f"data.max_seq_length ({cfg.data.max_seq_length}) exceeds the "
+                          f"max_position_embeddings ({theirs.max_position_embeddings}) of "
+                          f"model.init_from={m.init_from}")
+    return dataclasses.replace(theirs, hidden_dropout_prob=m.hidden_dropout_prob,
+                               attention_probs_dropout_prob=m.attention_probs_dropout_prob)
+
+
+@torch.no_grad()
+def load_weights(model, start: ExportedModel, source: str, log) -> None:
+    """Copy the checkpoint's encoder into ``model.bert`` and each head it has, by name and
+    with every tensor's shape, into ``model.heads``; one line says which heads load and
+    which start fresh."""
+    model.bert.load_state_dict(start.encoder.state_dict())
+    loaded, fresh = [], []
+    for name, head in model.heads.items():
+        tensors = start.heads.get(name, {})
+        own = head.state_dict()
+        if tensors and set(tensors) == set(own) and all(tensors[k].shape == own[k].shape
+                                                          for k in own):
+            head.load_state_dict(tensors)
+            loaded.append(name)
+        else:
+            fresh.append(name)
+    said = f"init_from {source}: encoder"
+    said += f" and head{'s' if len(loaded) > 1 else ''} {', '.join(loaded)} loaded" if loaded \
+        else " loaded"
+    if fresh:
+        said += f"; head{'s' if len(fresh) > 1 else ''} {', '.join(fresh)} start fresh (not in it)"
+    log(said + "; the optimizer and the step start fresh")
