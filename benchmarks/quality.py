@@ -205,7 +205,7 @@ def seconds_per_step(ends: list[float]) -> float:
 
 
 def _pretextual_config(ws: Workspace, *overrides: str):
-    return ws.config(RECIPE, "trainer.export=", "trainer.plot=false", "trainer.tensorboard=false",
+    return ws.config(RECIPE, "trainer.export=", "trainer.plot=false", "trainer.loggers=[]",
                      "trainer.log_every=1", "trainer.eval_every=0", "trainer.seed=0",
                      "trainer.checkpoint_every=1000000000", "trainer.keep_checkpoints=1000",
                      *overrides)

@@ -3,15 +3,17 @@
 from pretextual.errors import (CheckpointError, ConfigError, DataError, EvaluationError,
                                PluginError, PretextualError)
 from pretextual.plugins.api import (BuildContext, Encoder, ExportedModel, ExporterSpec,
-                                    ExportOptions, ExportSummary, Objective, ObjectiveOutput,
-                                    ObjectiveSpec, StepInputs, TaskData, TaskSpec, Vocab)
+                                    ExportOptions, ExportSummary, LoggerSpec, Objective,
+                                    ObjectiveOutput, ObjectiveSpec, StepInputs, TaskData,
+                                    TaskSpec, Vocab)
 from pretextual.plugins.hookspecs import hookimpl
+from pretextual.run import train
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BuildContext", "CheckpointError", "ConfigError", "DataError", "Encoder", "EvaluationError",
-    "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "Objective", "ObjectiveOutput",
-    "ObjectiveSpec", "PluginError", "PretextualError", "StepInputs", "TaskData", "TaskSpec", "Vocab",
-    "hookimpl", "__version__",
+    "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "LoggerSpec", "Objective",
+    "ObjectiveOutput", "ObjectiveSpec", "PluginError", "PretextualError", "StepInputs", "TaskData",
+    "TaskSpec", "Vocab", "hookimpl", "train", "__version__",
 ]

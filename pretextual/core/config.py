@@ -146,8 +146,16 @@ class TrainerConfig:
     """Start afresh in an output_dir that holds an earlier run's checkpoints or export, deleting them with its metrics and plot (without it that is an error; --resume continues such a run)."""
     export: Optional[str] = "safetensors,onnx"
     """Formats the final checkpoint is exported to in <output_dir>/export, comma-separated ('' turns it off)."""
-    tensorboard: bool = True
-    """Also log every metrics line to <output_dir>/tensorboard/ when the tensorboard package is installed."""
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Where every metrics line also goes, next to metrics.jsonl (docs/logging.md): tensorboard (<output_dir>/tensorboard/, when the tensorboard package is installed), mlflow, wandb, or a logger a plugin registers; [] for none."""
+    mlflow_tracking_uri: Optional[str] = None
+    """Where the mlflow logger records runs: a tracking server's URL or a database URI (sqlite:///path/mlflow.db); unset: the SQLite database mlflow.db beside the run directory (runs/mlflow.db for the runs under runs/, artifacts in runs/mlartifacts/). MLflow's file store (a directory) is refused: it cannot hold both loss and loss/mlm."""
+    mlflow_experiment: str = "pretextual"
+    """The MLflow experiment the mlflow logger's runs go into (made when it does not exist)."""
+    wandb_project: str = "pretextual"
+    """The Weights & Biases project the wandb logger's runs go into (the team: the WANDB_ENTITY environment variable, else the login's default)."""
+    wandb_mode: Optional[str] = None
+    """'online', 'offline' (no network: the run stays in <output_dir>/wandb/ until `wandb sync` uploads it) or 'disabled'; unset: W&B's own choice (WANDB_MODE, else online, which needs `wandb login`)."""
     plot: bool = True
     """Write <output_dir>/metrics.png (loss and eval curves) at the end of training when matplotlib is installed."""
     fsdp: bool = False

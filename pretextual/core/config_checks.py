@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from urllib.parse import urlparse
 
 from omegaconf import DictConfig
 
@@ -15,6 +16,8 @@ from pretextual.errors import ConfigError
 MODEL_SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 """The model.* keys that override the preset's sizes."""
 NO_OBJECTIVE = "objectives: no objective selected (e.g. objectives.mlm.weight=1)"
+WANDB_MODES = ("online", "offline", "disabled")
+"""What trainer.wandb_mode may be: the modes of wandb.init."""
 
 
 def validate(cfg: DictConfig) -> None:
@@ -65,6 +68,14 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.nonfinite must be 'stop' or 'skip', got {t.nonfinite!r}")
     if t.max_skipped_steps < 0:
         raise ConfigError(f"trainer.max_skipped_steps must not be negative, got {t.max_skipped_steps}")
+    if t.mlflow_tracking_uri is not None and is_file_store(t.mlflow_tracking_uri):
+        raise ConfigError(f"trainer.mlflow_tracking_uri={t.mlflow_tracking_uri}: MLflow's file "
+                          f"store keeps each metric in a file named after it, so it cannot hold "
+                          f"both loss and loss/mlm; give a database (sqlite:///path/mlflow.db, "
+                          f"the default's kind) or a tracking server's URL")
+    if t.wandb_mode is not None and t.wandb_mode not in WANDB_MODES:
+        raise ConfigError(f"trainer.wandb_mode must be one of {', '.join(WANDB_MODES)} (or unset), "
+                          f"got {t.wandb_mode!r}")
     _check_fits_in_memory(cfg)
     if not cfg.objectives:
         raise ConfigError(NO_OBJECTIVE)
@@ -114,6 +125,12 @@ def _size(model: DictConfig, key: str) -> tuple[int, str]:
         return model[key], str(model[key])
     value = getattr(preset_config(model.preset), key)
     return value, f"{value}, from model.preset={model.preset}"
+
+
+def is_file_store(uri: str) -> bool:
+    """Whether an MLflow tracking URI names a directory (a path, or file:...); the bare
+    word ``databricks`` is MLflow's name for a Databricks workspace."""
+    return urlparse(uri).scheme in ("", "file") and uri != "databricks"
 
 
 def check_device(name: str) -> None:

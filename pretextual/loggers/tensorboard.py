@@ -1,13 +1,13 @@
-"""Optional TensorBoard logging, as a plugin on the training hooks.
+"""The tensorboard logger (``trainer.loggers=[tensorboard]``, the default).
 
 When the ``tensorboard`` package is installed, every metrics.jsonl line (steps and
 evaluations) also goes to ``torch.utils.tensorboard.SummaryWriter`` in
 ``<run dir>/tensorboard/``, one scalar per key at the line's step; the writer is flushed
-at each checkpoint and closed at the last one (``trainer.tensorboard=false`` turns it off). A run's writer purges the events an
+at each checkpoint and closed at the last one. A run's writer purges the events an
 earlier run in the directory (or the part of a resumed one after its checkpoint) logged
-after the step it starts from, so TensorBoard shows only this run's curve. Without tensorboard a
-run says so at its start and logs nothing here.
-View with ``tensorboard --logdir runs``.
+after the step it starts from, so TensorBoard shows only this run's curve. Without
+tensorboard a run says so at its start and logs nothing here (being on by default, it
+does not stop the run). View with ``tensorboard --logdir runs``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from pretextual.plugins.api import LoggerSpec
 from pretextual.plugins.hookspecs import hookimpl
 
+NAME = "tensorboard"
 LOG_DIR = "tensorboard"
+INSTALL = "pip install 'pretextual[tensorboard]'"
 AVAILABLE = importlib.util.find_spec("tensorboard") is not None
 _writers: dict[Path, Any] = {}  # one open writer per run directory
 _owners: dict[Path, weakref.ref] = {}  # the Trainer each writer was opened for
@@ -44,7 +47,7 @@ def _writer(trainer) -> Any:
 
 
 def _add_scalars(step: int, metrics: dict, trainer) -> None:
-    if not (AVAILABLE and trainer.cfg.trainer.tensorboard):
+    if not (AVAILABLE and NAME in trainer.cfg.trainer.loggers):
         return
     writer = _writer(trainer)
     for key, value in metrics.items():
@@ -53,11 +56,17 @@ def _add_scalars(step: int, metrics: dict, trainer) -> None:
 
 
 @hookimpl
+def pretextual_register_loggers(register):
+    register(LoggerSpec(NAME, requires=("tensorboard",), install=INSTALL, warn_if_missing=True,
+                        description="TensorBoard event files in <run dir>/tensorboard/"))
+
+
+@hookimpl
 def pretextual_on_train_start(trainer):
-    if trainer.cfg.trainer.tensorboard and not AVAILABLE:
-        trainer.log("note: trainer.tensorboard is on, but the tensorboard package is not "
-                    "installed, so this run logs no events: pip install 'pretextual[tensorboard]' "
-                    "(or set trainer.tensorboard=false)")
+    if NAME in trainer.cfg.trainer.loggers and not AVAILABLE:
+        trainer.log(f"note: trainer.loggers has tensorboard, but the tensorboard package is not "
+                    f"installed, so this run logs no events: {INSTALL} (or leave tensorboard out "
+                    f"of trainer.loggers)")
 
 
 @hookimpl

@@ -330,8 +330,28 @@ class TaskSpec:
     load_eval: Callable[[], TaskData] | None = None
 
 
+@dataclass(frozen=True)
+class LoggerSpec:
+    """What a plugin registers to make a logger selectable by name
+    (``trainer.loggers=[<name>]``): a place a run's metrics go next to metrics.jsonl.
+
+    The logging itself is the plugin's training hooks, which act only when
+    ``name in trainer.cfg.trainer.loggers``. ``requires`` names the modules the logger
+    imports: a run that selects it while one is missing stops before it reads the corpus,
+    with one line saying ``install`` (``pip install 'my-package[extra]'``), unless
+    ``warn_if_missing``, for a logger on by default: the run then goes on without it, and
+    the plugin says so itself at the start of training.
+    """
+
+    name: str
+    requires: tuple[str, ...] = ()
+    install: str = ""
+    description: str = ""
+    warn_if_missing: bool = False
+
+
 __all__ = ["PARTS", "SCHEDULE_KEYS", "Batch", "BatchTransform", "BuildContext", "Documents",
            "Encoder", "EncoderConfigLike", "EncoderOutputLike", "Example", "ExampleBuilder",
            "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "HeadFactory",
-           "Objective", "ObjectiveOutput", "ObjectiveSpec", "StepInputs", "TaskData", "TaskSpec",
-           "Vocab"]
+           "LoggerSpec", "Objective", "ObjectiveOutput", "ObjectiveSpec", "StepInputs", "TaskData",
+           "TaskSpec", "Vocab"]

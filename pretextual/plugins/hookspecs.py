@@ -99,3 +99,13 @@ def pretextual_register_tasks(register: Callable[[Any], None]) -> None:
     ``pretextual evaluate --task`` and ``trainer.eval_tasks`` accept next to task files;
     names are unique as for objectives.
     """
+
+
+@hookspec
+def pretextual_register_loggers(register: Callable[[Any], None]) -> None:
+    """Register loggers: call ``register(LoggerSpec(...))`` once per logger.
+
+    Called once, when the plugin is loaded. The spec's name is what ``trainer.loggers``
+    accepts; names are unique as for objectives. The logger itself is the plugin's
+    training hooks, which act only when the name is in ``trainer.cfg.trainer.loggers``.
+    """

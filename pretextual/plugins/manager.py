@@ -1,5 +1,5 @@
 """The plugin manager: loads built-in and installed plugins, isolates their failures, and
-collects the objectives, exporters and downstream tasks they register.
+collects the objectives, exporters, downstream tasks and loggers they register.
 
 A plugin that fails (cannot be imported, implements a hook wrongly, raises inside a hook)
 is named on stderr with its error and the program goes on without it; ``strict=True``
@@ -25,7 +25,8 @@ import pluggy
 
 from pretextual.errors import PluginError
 from pretextual.plugins import hookspecs
-from pretextual.plugins.api import PARTS, SCHEDULE_KEYS, ExporterSpec, ObjectiveSpec, TaskSpec
+from pretextual.plugins.api import (PARTS, SCHEDULE_KEYS, ExporterSpec, LoggerSpec, ObjectiveSpec,
+                                   TaskSpec)
 
 ENTRY_POINT_GROUP = "pretextual"
 ENV_LOAD_PLUGINS = "PRETEXTUAL_LOAD_PLUGINS"
@@ -43,7 +44,10 @@ BUILTIN_PLUGINS = (
     "pretextual.exporters.onnx",
     "pretextual.exporters.export",  # the final export, at the end of training
     "pretextual.analysis.plot",  # the run's plot, at the end of training
-    "pretextual.analysis.tensorboard",  # does nothing unless tensorboard is installed
+    # the loggers of trainer.loggers; after the export, which their end of training uploads
+    "pretextual.loggers.tensorboard",
+    "pretextual.loggers.mlflow",
+    "pretextual.loggers.wandb",
     "pretextual.evaluation.builtin_tasks",
     "pretextual.evaluation.glue",
 )
@@ -53,6 +57,7 @@ REGISTER_HOOKS = {
     "pretextual_register_objectives": ("objective", ObjectiveSpec),
     "pretextual_register_exporters": ("exporter", ExporterSpec),
     "pretextual_register_tasks": ("task", TaskSpec),
+    "pretextual_register_loggers": ("logger", LoggerSpec),
 }
 
 
@@ -67,6 +72,7 @@ class PluginInfo:
     objectives: list[str] = field(default_factory=list)
     exporters: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
+    loggers: list[str] = field(default_factory=list)
 
     def label(self) -> str:
         """``'name' (package P V)``: how messages name the plugin."""
@@ -75,7 +81,8 @@ class PluginInfo:
 
 
 class Plugins:
-    """The loaded plugins and the registries of objectives, exporters and tasks they fill.
+    """The loaded plugins and the registries of objectives, exporters, tasks and loggers
+    they fill.
 
     Load order: built-ins, then installed entry points (group ``pretextual``, filtered by
     ``PRETEXTUAL_LOAD_PLUGINS``), then ``extra_modules`` (import paths, e.g. from the
@@ -90,6 +97,7 @@ class Plugins:
         self.objectives: dict[str, ObjectiveSpec] = {}
         self.exporters: dict[str, ExporterSpec] = {}
         self.tasks: dict[str, TaskSpec] = {}
+        self.loggers: dict[str, LoggerSpec] = {}
         self._owner: dict[tuple[str, str], str] = {}
         self.clashes: dict[tuple[str, str], str] = {}
         """(kind, name) registered by two plugins -> the message naming both."""

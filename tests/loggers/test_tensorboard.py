@@ -1,4 +1,4 @@
-"""The TensorBoard plugin: every metrics.jsonl line becomes scalars at its step, the writer
+"""The tensorboard logger: every metrics.jsonl line becomes scalars at its step, the writer
 is flushed at checkpoints and closed at the last; without tensorboard the run says which
 extra to install and writes nothing."""
 
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from analysis_helpers import read_lines
-from pretextual.analysis import tensorboard
+from logger_helpers import read_lines
+from pretextual.loggers import tensorboard
 from pretextual.core.trainer import Trainer
 from pretextual.plugins.manager import Plugins
 
@@ -72,17 +72,18 @@ def test_without_tensorboard_nothing_is_written_and_the_run_says_which_extra_to_
     run = train_with_plugin(tiny_config, tmp_path, log=lines.append)
     assert not (run / "tensorboard").exists()
     assert [line for line in lines if "tensorboard" in line] == [
-        "note: trainer.tensorboard is on, but the tensorboard package is not installed, so this "
-        "run logs no events: pip install 'pretextual[tensorboard]' (or set trainer.tensorboard=false)"]
+        "note: trainer.loggers has tensorboard, but the tensorboard package is not installed, so "
+        "this run logs no events: pip install 'pretextual[tensorboard]' (or leave tensorboard out "
+        "of trainer.loggers)"]
     lines.clear()
-    train_with_plugin(tiny_config, tmp_path, "trainer.tensorboard=false",
+    train_with_plugin(tiny_config, tmp_path, "trainer.loggers=[]",
                       "trainer.overwrite_output_dir=true", log=lines.append)
     assert not [line for line in lines if "tensorboard" in line]
 
 
 def test_turned_off_nothing_is_written(tiny_config, tmp_path, monkeypatch):
     monkeypatch.setattr(tensorboard, "AVAILABLE", True)
-    run = train_with_plugin(tiny_config, tmp_path, "trainer.tensorboard=false")
+    run = train_with_plugin(tiny_config, tmp_path, "trainer.loggers=[]")
     assert not (run / "tensorboard").exists()
 
 
