@@ -6,10 +6,10 @@ experiment ``trainer.mlflow_experiment`` of the tracking store ``trainer.mlflow_
 (unset: the SQLite database ``mlflow.db`` beside the run directory, so the runs under
 ``runs/`` share ``runs/mlflow.db``, their artifacts in ``runs/mlartifacts/``), with the
 resolved config as its parameters and config.yaml as an artifact. Every metrics.jsonl line
-(steps and evaluations) goes to it at its step, under its own name. At the end the final
-export is uploaded under the artifact path ``export/`` and the run ends FINISHED. A run
-resumed from a checkpoint continues the same MLflow run, whose id is kept in
-``<run dir>/mlflow_run_id``.
+(steps and evaluations) goes to it at its step, under its own name (written in the
+background, waited for at each checkpoint). At the end the final export is uploaded under
+the artifact path ``export/`` and the run ends FINISHED. A run resumed from a checkpoint
+continues the same MLflow run, whose id is kept in ``<run dir>/mlflow_run_id``.
 
 MLflow's file store (a directory such as ``mlruns/``) is refused by the config check: it
 keeps each metric in a file named after it, so ``loss`` and ``loss/mlm`` cannot both exist.
@@ -26,7 +26,7 @@ import re
 import sys
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,13 @@ class _Run:
     trainer: weakref.ref
     client: Any
     run_id: str
+    pending: list = field(default_factory=list)  # metrics logged in the background, not yet written
+
+    def flush(self) -> None:
+        """Wait for the metrics logged so far to be written (raising what writing them raised)."""
+        pending, self.pending = self.pending, []
+        for operation in pending:
+            operation.wait()
 
 
 _open: _Run | None = None  # the MLflow run of the training in progress in this process
@@ -134,13 +141,18 @@ def _log(step: int, metrics: dict, trainer: Any) -> None:
     from mlflow.entities import Metric
     now = int(time.time() * 1000)
     batch = [Metric(metric_key(key), value, now, step) for key, value in numbers(metrics).items()]
-    _open.client.log_batch(_open.run_id, metrics=batch)
+    # written by MLflow's background thread: a step does not wait for the store (about 10 ms
+    # a line into SQLite, more to a server)
+    _open.pending.append(_open.client.log_batch(_open.run_id, metrics=batch, synchronous=False))
 
 
 def _end(status: str) -> None:
     global _open
     run, _open = _open, None
-    run.client.set_terminated(run.run_id, status)
+    try:
+        run.flush()
+    finally:
+        run.client.set_terminated(run.run_id, status)
 
 
 def _end_at_exit() -> None:
@@ -157,7 +169,8 @@ def _end_at_exit() -> None:
 
 @hookimpl
 def pretextual_register_loggers(register):
-    register(LoggerSpec(NAME, requires=("mlflow",), install=INSTALL,
+    # SQLAlchemy and Alembic: for the SQLite database, the default store
+    register(LoggerSpec(NAME, requires=("mlflow", "sqlalchemy", "alembic"), install=INSTALL,
                         description="an MLflow run: metrics, the config as parameters, the "
                                     "export as artifacts"))
 
@@ -176,6 +189,12 @@ def pretextual_on_step_end(step, metrics, trainer):
 @hookimpl
 def pretextual_on_eval(step, metrics, trainer):
     _log(step, metrics, trainer)
+
+
+@hookimpl
+def pretextual_on_checkpoint(trainer):
+    if _open is not None and _open.trainer() is trainer:
+        _open.flush()  # the store holds every metric up to the checkpoint
 
 
 @hookimpl
