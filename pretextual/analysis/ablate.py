@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 from pretextual.analysis.probes import ProbeData, probe_data, run_probes
 from pretextual.analysis.report import UNTRAINED, write_report
+from pretextual.core.budget import steps_for_tokens, tokens_per_step
 from pretextual.core.config import load_config, recipe_names
 from pretextual.core.documents import split_documents
 from pretextual.core.prepare import tokenized_corpus
@@ -27,30 +28,15 @@ from pretextual.core.tokenizer import has_word_boundaries
 from pretextual.core.trainer import Trainer
 from pretextual.errors import PretextualError
 from pretextual.plugins.api import BuildContext
-from pretextual.plugins.hookspecs import hookimpl
 from pretextual.plugins.manager import Plugins
 
-MEASURE_BATCHES = 64  # micro-batches whose mean gives a mix's tokens per step
-RESERVED = ("trainer.output_dir", "trainer.seed", "trainer.max_steps", "trainer.log_every")
+RESERVED = ("trainer.output_dir", "trainer.seed", "trainer.max_steps", "trainer.max_tokens",
+            "trainer.max_time", "trainer.log_every")
 RUN_PROBES = "probes.json"
 
 
 class AblationError(PretextualError):
     """An ablation that cannot be set up (the message names the option)."""
-
-
-class TokenBudget:
-    """A training-hook plugin that stops a run once its steps have seen ``budget`` tokens
-    (it needs a metrics line every step: trainer.log_every=1)."""
-
-    def __init__(self, budget: int):
-        self.budget, self.seen = budget, 0
-
-    @hookimpl
-    def pretextual_on_step_end(self, metrics, trainer):
-        self.seen += int(metrics["tokens"])
-        if self.seen >= self.budget:
-            trainer.should_stop = True
 
 
 @dataclass
@@ -111,13 +97,6 @@ def check_overrides(overrides: Sequence[str]) -> None:
             raise AblationError(f"{key}: set by ablate for each run (use --out, --seeds, --steps)")
 
 
-def tokens_per_step(trainer: Trainer) -> float:
-    """Mean non-padding tokens of an optimizer step of this run (first micro-batches)."""
-    n = min(MEASURE_BATCHES, trainer.train_batches.epoch_length(0))
-    tokens = sum(int(trainer.train_batches[k]["attention_mask"].sum()) for k in range(n))
-    return tokens / n * trainer.cfg.trainer.grad_accum_steps
-
-
 def _probe_inputs(trainer: Trainer) -> ProbeData:
     """The probes' inputs: the held-out documents of the trainer's own split."""
     cfg = trainer.cfg
@@ -161,7 +140,8 @@ def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int =
         cfg = config(mix, f"trainer.max_steps={steps}", f"trainer.output_dir={out / 'runs'}",
                      "trainer.overwrite_output_dir=true")
         trainer = Trainer(cfg, Plugins.from_config(cfg, strict=strict_plugins), quiet)
-        per_step[mix_label(mix)] = tokens_per_step(trainer)
+        per_step[mix_label(mix)] = tokens_per_step(trainer.train_batches,
+                                                   cfg.trainer.grad_accum_steps, 1)
         data = data or _probe_inputs(trainer)
     budget = int(steps * min(per_step.values()))
     log(f"budget: {budget:,} tokens per run ({steps} steps of the sparsest mix); "
@@ -172,23 +152,21 @@ def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int =
         for index, mix in enumerate(mixes):
             label = mix_label(mix)
             run_dir = out / "runs" / f"{label}-seed{seed}"
-            max_steps = math.ceil(budget / per_step[label])
-            stop = TokenBudget(budget)
+            max_steps = steps_for_tokens(budget, per_step[label])
             # The run directories are the ablation's own: running it again replaces them.
-            cfg = config(mix, f"trainer.max_steps={max_steps}", f"trainer.seed={seed}",
+            cfg = config(mix, f"trainer.max_tokens={budget}", f"trainer.seed={seed}",
                          f"trainer.output_dir={run_dir}", "trainer.overwrite_output_dir=true")
             plugins = Plugins.from_config(cfg, strict=strict_plugins)  # plugins.modules too
-            plugins.register(stop, name="ablate-token-budget")
             prefix = f"[{label} seed {seed}] "
             trainer = Trainer(cfg, plugins, lambda message: log(prefix + message))
             if index == 0:  # every mix starts from this same encoder (same seed, built first)
                 runs.append(RunResult(UNTRAINED, seed, "", 0, 0, 0.0,
                                       run_probes(trainer.model, data, trainer.device)))
-            log(f"{prefix}training to {budget:,} tokens (at most {max_steps} steps)")
+            log(f"{prefix}training to {budget:,} tokens (about {max_steps} steps)")
             clock = time.perf_counter()
             trainer.train()
             wall = time.perf_counter() - clock
-            result = RunResult(label, seed, str(run_dir), trainer.step, stop.seen, wall,
+            result = RunResult(label, seed, str(run_dir), trainer.step, trainer.tokens_total, wall,
                                run_probes(trainer.model, data, trainer.device))
             (run_dir / RUN_PROBES).write_text(json.dumps(result.probes, indent=2) + "\n")
             log(f"{prefix}{result.steps} steps, {result.tokens:,} tokens, {wall:.0f} s; probes: "

@@ -6,6 +6,7 @@ these classes (``pretextual config --reference``), so it cannot drift.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from importlib import resources
@@ -92,6 +93,10 @@ class DataConfig:
 class TrainerConfig:
     max_steps: int = 1000
     """Optimizer steps to train for."""
+    max_tokens: Optional[int] = None
+    """Train until the steps' tokens (non-padding, over all processes, as metrics.jsonl counts them) reach this, instead of max_steps; the schedule is sized to the steps that takes, estimated from the first 64 micro-batches."""
+    max_time: Optional[str] = None
+    """Train until this much wall-clock time has passed (3600, 45m, 2h; metrics.jsonl's clock, continued across resumes), instead of max_steps, which is then only the schedule's first guess: its length is re-estimated from the measured rate at every logged step."""
     lr: float = 3e-3
     """Peak learning rate."""
     optimizer: str = "adamw"
@@ -191,6 +196,24 @@ class Config:
 
 
 @dataclass
+class OptionSchedule:
+    """A numeric option of an objective that changes over the run
+    (objectives.<name>.schedules.<option>), in the vocabulary of the weight schedules."""
+
+    schedule: str = "linear"
+    """'linear': from start to the option's value over steps; 'step': start until steps, then the option's value."""
+    start: float = 0.0
+    """The option's value at step 0."""
+    steps: int = 0
+    """Length of the linear ramp, or the step at which a step schedule switches."""
+
+    def at(self, end: float, step: int) -> float:
+        """The option's value at optimizer step ``step``, ``end`` its configured value."""
+        return WeightSchedule(weight=end, schedule=self.schedule, start_weight=self.start,
+                              schedule_steps=self.steps).at(step)
+
+
+@dataclass
 class WeightSchedule:
     """Keys every objective has, next to its own (objectives.<name>.<key>)."""
 
@@ -202,6 +225,8 @@ class WeightSchedule:
     """Weight at step 0 for the linear and step schedules."""
     schedule_steps: int = 0
     """Length of the linear ramp, or the step at which a step schedule switches."""
+    schedules: dict[str, OptionSchedule] = field(default_factory=dict)
+    """Numeric options of the objective that follow a schedule, by name: objectives.mlm.schedules.mask_prob={schedule: linear, start: 0.3, steps: 1000} masks 30% at step 0 down to objectives.mlm.mask_prob at step 1000. The objective's batch transform sees each batch's value (evaluation: the configured one)."""
 
     def at(self, step: int) -> float:
         """The weight at optimizer step ``step``."""
@@ -349,7 +374,29 @@ def objective_options(name: str, raw: Any, options_cls: Optional[type]) -> tuple
     options = _typed(name, options_cls, own)
     if callable(getattr(options, "check", None)):
         plugin_call(f"objectives.{name}", "the options' check()", options.check, name)
+    _check_option_schedules(name, schedule.schedules, options)
     return schedule, options
+
+
+def _check_option_schedules(name: str, schedules: dict, options) -> None:
+    """Each scheduled option is a numeric option of the objective, its schedule known and
+    its start a value the options' check() accepts."""
+    fields = {f.name: f for f in dataclasses.fields(options)} if options is not None else {}
+    for option, s in schedules.items():
+        key = f"objectives.{name}.schedules.{option}"
+        value = getattr(options, option, None) if option in fields else None
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            numeric = sorted(f for f in fields if isinstance(getattr(options, f), (int, float))
+                             and not isinstance(getattr(options, f), bool))
+            raise ConfigError(f"{key}: {name} has no numeric option {option!r} (its numeric "
+                              f"options: {', '.join(numeric) or 'none'})")
+        if s.schedule not in ("linear", "step"):
+            raise ConfigError(f"{key}.schedule: must be linear or step, got {s.schedule!r}")
+        if s.steps <= 0:
+            raise ConfigError(f"{key}.steps must be positive, got {s.steps}")
+        if callable(getattr(options, "check", None)):
+            start = dataclasses.replace(options, **{option: type(value)(s.start)})
+            plugin_call(f"{key}.start", "the options' check()", start.check, name)
 
 
 def _typed(name: str, cls: type, values: dict) -> Any:

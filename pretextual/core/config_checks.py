@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 from urllib.parse import urlparse
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -76,6 +77,8 @@ def validate(cfg: DictConfig) -> None:
     if t.wandb_mode is not None and t.wandb_mode not in WANDB_MODES:
         raise ConfigError(f"trainer.wandb_mode must be one of {', '.join(WANDB_MODES)} (or unset), "
                           f"got {t.wandb_mode!r}")
+    check_schedule(t)
+    check_sources(d)
     _check_fits_in_memory(cfg)
     if not cfg.objectives:
         raise ConfigError(NO_OBJECTIVE)
@@ -139,3 +142,70 @@ def check_device(name: str) -> None:
     kind, colon, index = name.partition(":")
     if kind not in ("auto", "cpu", "cuda") or (colon and (kind != "cuda" or not index.isdigit())):
         raise ConfigError(f"trainer.device: unknown device {name!r} (known: auto, cpu, cuda, cuda:N)")
+
+
+def source_names(sources) -> list[str]:
+    """Each source's name: its own, else its corpus's (or prepared directory's) file name."""
+    names = []
+    for s in sources:
+        path = Path(s.corpus or s.prepared or "source")
+        names.append(s.name or (path.name.split(".")[0] if path.name else str(path)))
+    return names
+
+
+def check_sources(data: DictConfig) -> None:
+    """ConfigError lines for data.sources and data.mix_temperature (called with the rest
+    of the config checks, before any file is read)."""
+    if data.mix_temperature is not None and not data.sources:
+        raise ConfigError("data.mix_temperature: mixes data.sources, and none is given")
+    if not data.sources:
+        return
+    if data.prepared:
+        raise ConfigError("data.prepared and data.sources: give each source its own prepared "
+                          "directory (data.sources[i].prepared) instead")
+    for i, source in enumerate(data.sources):
+        key = f"data.sources[{i}]"
+        if bool(source.corpus) == bool(source.prepared):
+            raise ConfigError(f"{key}: give exactly one of corpus and prepared")
+        if source.weight is not None:
+            if data.mix_temperature is not None:
+                raise ConfigError(f"{key}.weight: data.mix_temperature weighs the sources by "
+                                  f"their size; give no weight, or no temperature")
+            if not (math.isfinite(source.weight) and source.weight >= 0):
+                raise ConfigError(f"{key}.weight must be a finite number, not negative, "
+                                  f"got {source.weight}")
+    if all(s.weight == 0 for s in data.sources):
+        raise ConfigError("data.sources: every weight is zero")
+    if data.mix_temperature is not None and not (math.isfinite(data.mix_temperature)
+                                                 and data.mix_temperature > 0):
+        raise ConfigError(f"data.mix_temperature must be positive, got {data.mix_temperature}")
+    names = source_names(data.sources)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"data.sources: two sources are named {twice[0]!r}; set "
+                          f"data.sources[i].name")
+
+
+DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
+"""trainer.decay_shape (pretextual.core.optim.DECAY_SHAPES draws them)."""
+
+
+def check_schedule(t) -> None:
+    """The learning-rate schedule's own keys (its name and the optimizer's are checked
+    against the registries, which plugins extend, when the run is set up) and the budgets."""
+    if t.max_tokens is not None and t.max_time is not None:
+        raise ConfigError("trainer.max_tokens and trainer.max_time: give one budget, not both")
+    if t.max_tokens is not None and not t.max_tokens > 0:
+        raise ConfigError(f"trainer.max_tokens must be positive, got {t.max_tokens}")
+    if t.max_time is not None:
+        from pretextual.core.budget import parse_duration
+        parse_duration(t.max_time)
+    if t.decay_shape not in DECAY_SHAPES:
+        raise ConfigError(f"trainer.decay_shape must be one of {', '.join(DECAY_SHAPES)}, "
+                          f"got {t.decay_shape!r}")
+    for key in ("min_lr_ratio", "decay_fraction"):
+        if not 0.0 <= t[key] <= 1.0:
+            raise ConfigError(f"trainer.{key} must be in [0, 1], got {t[key]}")
+    if t.decay_steps is not None and not 0 <= t.decay_steps <= t.max_steps:
+        raise ConfigError(f"trainer.decay_steps must be in [0, trainer.max_steps={t.max_steps}], "
+                          f"got {t.decay_steps}")

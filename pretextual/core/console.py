@@ -38,10 +38,15 @@ def schedule_text(schedule: WeightSchedule) -> str:
     return f"weight {schedule.weight:g}"
 
 
-def data_line(documents: int, tokens: int, steps: int, global_batch: int, seq_len: int) -> str:
+def data_line(documents: int, tokens: int, steps: int, global_batch: int, seq_len: int,
+              max_time: str | None = None) -> str:
     """The training split's size and what trainer.max_steps reads of it. An example holds
     at most data.max_seq_length tokens (sentences are packed up to it), so the epochs are
-    at most steps x batch x length / tokens."""
+    at most steps x batch x length / tokens. Under trainer.max_time the steps are not known."""
+    if max_time is not None:
+        return (f"training data: {count(documents)} documents, {count(tokens)} tokens | "
+                f"trainer.max_time={max_time}: the steps and the schedule's length follow "
+                f"from the measured rate")
     read = steps * global_batch * seq_len
     return (f"training data: {count(documents)} documents, {count(tokens)} tokens | "
             f"{count(steps)} steps x {count(global_batch)} examples x up to {seq_len} tokens = "

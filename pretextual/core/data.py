@@ -180,8 +180,12 @@ class Batches(torch.utils.data.Dataset):
 
     def __init__(self, docs: TokenizedDocuments, builder: ExampleBuilder,
                  transform: BatchTransform | None, vocab: Vocab, batch_size: int, seed: int,
-                 drop_last: bool = True, *, block_tokens: int = BLOCK_TOKENS):
+                 drop_last: bool = True, *, block_tokens: int = BLOCK_TOKENS,
+                 micro_per_step: int | None = None):
         self.docs, self.builder, self.transform, self.vocab = docs, builder, transform, vocab
+        # micro-batches per optimizer step: batch k is for step k // micro_per_step, whose
+        # values scheduled objective options take (None: held-out batches, configured values)
+        self.micro_per_step = micro_per_step
         self.drop_last = drop_last  # False keeps a last, smaller batch per block (for evaluation)
         self.batch_size, self.seed = batch_size, seed
         tokens = docs.num_tokens()
@@ -265,11 +269,16 @@ class Batches(torch.utils.data.Dataset):
         return epoch, within
 
     def __getitem__(self, index: int) -> Batch:
+        return self.batch(index, index // self.micro_per_step if self.micro_per_step else None)
+
+    def batch(self, index: int, step: int | None) -> Batch:
+        """Batch ``index``, transformed as for optimizer step ``step``."""
         epoch, block, within, _ = self._find(index)
         examples, order = self._build(epoch, block)
         start = within * self.batch_size
         batch = collate([examples[i] for i in order[start:start + self.batch_size]], self.vocab)
         if self.transform is not None:
             generator = torch.Generator().manual_seed(_seed(self.seed, index, 3))
-            batch = self.transform(batch, generator)
+            batch = (self.transform(batch, generator) if step is None
+                     else self.transform(batch, generator, step))
         return batch

@@ -122,9 +122,16 @@ class ObjectiveMix:
                 raise PluginError(f"objectives.{name}: build() must return a pretextual.Objective, "
                                   f"got {type(objective).__name__}")
             _check_parts(name, objective, provides(name, spec, options))
+            if schedule.schedules and objective.batch_transform is None:
+                raise ConfigError(f"objectives.{name}.schedules: {name} has no batch transform, "
+                                  f"and only what a batch transform reads can follow a schedule")
             self.selected.append(Selected(name, objective, schedule))
         self.example_builder = self._exclusive("example_builder", _CheckedBuilder)
         self.batch_transform = self._exclusive("batch_transform", _CheckedTransform)
+        for name, (spec, schedule, options) in checked.items():
+            if schedule.schedules and self.batch_transform.name == name:
+                self.batch_transform.scheduled = _ScheduledOptions(name, spec, options,
+                                                                   schedule.schedules, context)
         self.heads = self._heads()
         self._grad_checked = False  # whether a training step has checked that losses backpropagate
 
@@ -161,6 +168,13 @@ class ObjectiveMix:
     def weights(self, step: int) -> dict[str, float]:
         """Each objective's weight at optimizer step ``step``."""
         return {s.name: s.schedule.at(step) for s in self.selected}
+
+    def option_values(self, step: int) -> dict[str, float]:
+        """``<objective>/<option>``: each scheduled option's value at step ``step``."""
+        scheduled = getattr(self.batch_transform, "scheduled", None)
+        if scheduled is None:
+            return {}
+        return {f"{scheduled.name}/{k}": v for k, v in scheduled.values(step).items()}
 
     def loss(self, model: PretrainingModel, batch: Batch, step: int
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -244,13 +258,42 @@ class _CheckedBuilder(_Checked):
         return plugin_call(f"objectives.{self.name}", "example_builder", self.fn, docs, rng)
 
 
+class _ScheduledOptions:
+    """An objective's options with some following a schedule: the batch transform of
+    the objective built with each step's values (the last one kept, as steps repeat)."""
+
+    def __init__(self, name: str, spec: ObjectiveSpec, options, schedules: dict, context):
+        self.name, self.spec, self.options = name, spec, options
+        self.schedules, self.context = schedules, context
+        self._built: tuple[tuple, Callable] | None = None
+
+    def values(self, step: int) -> dict[str, float]:
+        return {option: type(getattr(self.options, option))(
+                    s.at(float(getattr(self.options, option)), step))
+                for option, s in self.schedules.items()}
+
+    def transform(self, step: int) -> Callable:
+        values = self.values(step)
+        key = tuple(sorted(values.items()))
+        if self._built is None or self._built[0] != key:
+            options = dataclasses.replace(self.options, **values)
+            objective = plugin_call(f"objectives.{self.name}", "build()", self.spec.build,
+                                    options, self.context)
+            self._built = (key, objective.batch_transform)
+        return self._built[1]
+
+
 class _CheckedTransform(_Checked):
     """What the transform returns must still be a batch the encoder can take: the model
-    inputs, integer, of the shape it was given."""
+    inputs, integer, of the shape it was given. ``step``: the optimizer step the batch is
+    for, whose values the scheduled options take (None: their configured values)."""
 
-    def __call__(self, batch: Batch, generator: torch.Generator) -> Batch:
+    scheduled: _ScheduledOptions | None = None
+
+    def __call__(self, batch: Batch, generator: torch.Generator, step: int | None = None) -> Batch:
         shape = tuple(batch["input_ids"].shape)
-        out = plugin_call(f"objectives.{self.name}", "batch_transform", self.fn, batch, generator)
+        fn = self.fn if step is None or self.scheduled is None else self.scheduled.transform(step)
+        out = plugin_call(f"objectives.{self.name}", "batch_transform", fn, batch, generator)
         where = f"objectives.{self.name}: batch_transform"
         if not isinstance(out, dict):
             raise PluginRunError(f"{where} must return the batch (a dict of tensors), got "

@@ -70,12 +70,13 @@ def _log_split(fraction: float, documents: int, held_out: int, log, whose: str =
 
 
 def split_batches(docs, data: DictConfig, mix: ObjectiveMix, vocab, seed: int,
-                  log) -> tuple[Batches | MixedBatches, Batches | None]:
+                  log, micro_per_step: int = 1) -> tuple[Batches | MixedBatches, Batches | None]:
     """(training batches, held-out batches or None); under data.sources the training
     batches mix the sources by weight, and the held-out batches hold every source's
     held-out split. The first epoch of each and its first batch are built now, so bad
     data or a plugin's builder or transform that breaks the batch fails before any step,
-    naming the split."""
+    naming the split. ``micro_per_step``: micro-batches per optimizer step (the steps
+    scheduled objective options follow)."""
     builder = mix.example_builder or full_sentences(data.max_seq_length, vocab)
     parts = docs if data.sources else [Source("", None, docs)]
     trains, held_out_docs = [], []
@@ -85,7 +86,7 @@ def split_batches(docs, data: DictConfig, mix: ObjectiveMix, vocab, seed: int,
         _log_split(data.eval_fraction, len(part.docs), len(eval_docs), log, whose)
         # each source its own stream of epochs
         train = Batches(train_docs, builder, mix.batch_transform, vocab, data.batch_size,
-                        seed + SOURCE_SEED_OFFSET * i)
+                        seed + SOURCE_SEED_OFFSET * i, micro_per_step=micro_per_step)
         _check_first_batch(train, f"{whose}the training split: {_documents(len(train_docs))}",
                            data, mix)
         trains.append(train)

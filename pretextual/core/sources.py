@@ -87,7 +87,8 @@ class MixedBatches(torch.utils.data.Dataset):
 
     def __getitem__(self, k: int):
         source, j = self.locate(k)
-        return self.sources[source][j]
+        m = self.sources[source].micro_per_step
+        return self.sources[source].batch(j, k // m if m else None)  # the step of the mix's k
 
     def counts(self, n: int) -> np.ndarray:
         """Micro-batches of each source among the first ``n``."""

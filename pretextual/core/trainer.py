@@ -1,14 +1,16 @@
-"""The training loop: AdamW with warm-up and linear decay, accumulation, clipping,
+"""The training loop: the optimizer and learning-rate schedule by name, accumulation, clipping,
 optional bf16 autocast, evaluation, metrics.jsonl and atomic checkpoints; one
 process, or many under torchrun with DistributedDataParallel."""
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Iterable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -28,6 +30,7 @@ from pretextual.core.data import Batches
 from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
 from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objectives,
                                  resolved_objectives)
+from pretextual.core.budget import TimeBudget, parse_duration, steps_for_tokens, tokens_per_step
 from pretextual.core.init_from import load_start, load_weights, start_config, start_tokenizer
 from pretextual.core.optim import LR_SCHEDULES, OPTIMIZERS, ScheduleSettings, decay_groups
 from pretextual.core.run_data import run_corpus, split_batches
@@ -148,8 +151,9 @@ class Trainer:
         context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
                                has_word_boundaries(self.tokenizer))
         self.mix = ObjectiveMix(objectives, context)
-        self.train_batches, self.eval_batches = split_batches(docs, cfg.data, self.mix, self.vocab,
-                                                              cfg.trainer.seed, self.log)
+        self.train_batches, self.eval_batches = split_batches(
+            docs, cfg.data, self.mix, self.vocab, cfg.trainer.seed, self.log,
+            micro_per_step=cfg.trainer.grad_accum_steps * self.world.world_size)
         self.task_probes = None
         if cfg.trainer.eval_tasks:  # loaded and checked now: a bad task file fails before training
             from pretextual.evaluation.probing import TaskProbes, probes_available
@@ -181,6 +185,11 @@ class Trainer:
                 self.forward, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 find_unused_parameters=self._has_unused_parameters())
         t = cfg.trainer
+        if t.max_tokens is not None:
+            per_step = tokens_per_step(self.train_batches, t.grad_accum_steps, self.world.world_size)
+            t.max_steps = steps_for_tokens(t.max_tokens, per_step)
+            self.log(f"trainer.max_tokens={t.max_tokens:,}: about {t.max_steps:,} steps of "
+                     f"{per_step:,.0f} tokens, the length the schedule is sized to")
         self.optimizer = OPTIMIZERS[t.optimizer](decay_groups(self.model, t.weight_decay), t)
         self._lr_factor = LR_SCHEDULES[t.lr_schedule](ScheduleSettings.of(t))
         if t.warmup_steps > t.max_steps:
@@ -193,6 +202,7 @@ class Trainer:
         self.updates = 0  # optimizer steps made (a skipped batch makes none)
         self.start_step = 0  # the step train() started from: 0, or the resumed checkpoint's
         self.tokens_trained, self.train_seconds = 0, 0.0  # by train(), over all processes
+        self.tokens_total = 0  # of the whole run, continued across resumes
         # "time" in metrics.jsonl: seconds since the run started, continued across resumes.
         self._started, self._time_offset = time.perf_counter(), 0.0
 
@@ -209,7 +219,7 @@ class Trainer:
     def _has_unused_parameters(self) -> bool:
         """Whether a step leaves some parameter without a gradient: one forward and backward
         of the first training batch, whose gradients and random draws are then undone."""
-        batch = self._to_device(self.train_batches[self.train_indices()[0]])
+        batch = self._to_device(self.train_batches[next(iter(self.train_indices()))])
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), self._autocast():
             total, _ = self.forward(batch, 0)
@@ -232,7 +242,7 @@ class Trainer:
                 "scheduler_last_epoch": self.scheduler.last_epoch,
                 "world_size": self.world.world_size,
                 "tokenizer_sha256": tokenizer_sha256(self.tokenizer),
-                "updates": self.updates,
+                "updates": self.updates, "tokens": self.tokens_total,
                 "config": OmegaConf.to_container(self.cfg)}
 
     def save(self) -> Path | None:
@@ -293,6 +303,7 @@ class Trainer:
         # Rebuilt at the checkpoint's step: its constructor sets the learning rate of that step.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, self._lr_factor, last_epoch=ckpt.meta["scheduler_last_epoch"] - 1)
+        self.tokens_total = int(ckpt.meta.get("tokens", 0))
         rng = tensors.get(f"rng.torch.{self.world.rank}")
         if rng is not None:
             dist_utils.set_rng_state(rng, self.device)
@@ -333,18 +344,50 @@ class Trainer:
                                            persistent_workers=workers > 0,
                                            prefetch_factor=4 if workers else None)
 
-    def train_indices(self, start_step: int = 0) -> list[int]:
-        """Micro-batch ids this process reads from ``start_step`` to trainer.max_steps:
-        global micro-batch (s*accum + a)*world + rank."""
-        accum, w = self.cfg.trainer.grad_accum_steps, self.world
-        return [(s * accum + a) * w.world_size + w.rank
-                for s in range(start_step, self.cfg.trainer.max_steps) for a in range(accum)]
+    def train_indices(self, start_step: int = 0) -> Iterable[int]:
+        """Micro-batch ids this process reads from ``start_step`` to trainer.max_steps (on
+        and on under a token or time budget, whose end the run finds as it goes): global
+        micro-batch (s*accum + a)*world + rank."""
+        t, w = self.cfg.trainer, self.world
+        budget = t.max_tokens is not None or t.max_time is not None
+        steps = itertools.count(start_step) if budget else range(start_step, t.max_steps)
+        return ((s * t.grad_accum_steps + a) * w.world_size + w.rank
+                for s in steps for a in range(t.grad_accum_steps))
 
     def _to_device(self, batch):
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.bf16)
+
+    def _run_time(self) -> float:
+        """Seconds since the run started, continued across resumes (metrics.jsonl's time)."""
+        return self._time_offset + time.perf_counter() - self._started
+
+    def _spend_budget(self, tokens: int, logging: bool, progress) -> None:
+        """After a step: stop once trainer.max_tokens or trainer.max_time is spent (every
+        process at the same step), and at the logged steps size the schedule to the steps
+        the tokens or the time left take at the rate so far (one plan for all processes:
+        the token counts are global sums, the time plans averaged)."""
+        t = self.cfg.trainer
+        planned = None
+        if t.max_tokens is not None:
+            (step_tokens,) = dist_utils.sum_over_ranks((tokens,), self.world, self.device)
+            self.tokens_total += step_tokens
+            self.should_stop = self.should_stop or self.tokens_total >= t.max_tokens
+            rate = self.tokens_total / self.step  # a function of the batches: resumes exactly
+            planned = self.step + math.ceil((t.max_tokens - self.tokens_total) / rate)
+        if self._time_budget is not None:
+            now = self._run_time()
+            self.should_stop = dist_utils.any_over_ranks(
+                self.should_stop or self._time_budget.spent(now), self.world, self.device)
+            (plans,) = dist_utils.sum_over_ranks((self._time_budget.plan(self.step, now),),
+                                                 self.world, self.device)
+            planned = plans // self.world.world_size
+        if planned is not None and logging and not self.should_stop:
+            t.max_steps = max(planned, self.step + 1)
+            self.scheduler.lr_lambdas[0] = LR_SCHEDULES[t.lr_schedule](ScheduleSettings.of(t))
+            progress.total = t.max_steps
 
     def _source_shares(self) -> dict[str, float]:
         """Under data.sources: each source's share of the micro-batches trained on so far."""
@@ -355,7 +398,7 @@ class Trainer:
         return {f"source/{name}/share": int(c) / n for name, c in zip(self.train_batches.names, counts)}
 
     def _write_metrics(self, record: dict) -> None:
-        record["time"] = round(self._time_offset + time.perf_counter() - self._started, 3)
+        record["time"] = round(self._run_time(), 3)
         self.run_dir.append_metrics(record)
 
     @torch.no_grad()
@@ -438,7 +481,8 @@ class Trainer:
                                                self.step if resumed else None)
         train_docs = self.train_batches.docs
         self.log(console.data_line(len(train_docs), train_docs.num_tokens(), t.max_steps,
-                                   self.global_batch_size, self.cfg.data.max_seq_length))
+                                   self.global_batch_size, self.cfg.data.max_seq_length,
+                                   t.max_time))
         weights = ", ".join(f"{s.name} ({console.schedule_text(s.schedule)})"
                             for s in self.mix.selected)
         self.log(f"objectives: {weights} | encoder {count_parameters(self.model.bert):,} parameters "
@@ -462,6 +506,8 @@ class Trainer:
         tokens_seen, clock = 0, time.perf_counter()
         self.tokens_trained, train_start = 0, clock  # this session's, for the closing summary
         watch = NonFinite(self.device, t.nonfinite, t.max_skipped_steps)
+        self._time_budget = None if t.max_time is None else TimeBudget(
+            parse_duration(t.max_time), self.step, self._run_time(), t.max_steps)
         while self.step < t.max_steps and not self.should_stop:
             logs, tokens = self._micro_steps(loader)
             logged = None  # this step's metrics line, on the main process
@@ -490,6 +536,7 @@ class Trainer:
             weights = self.mix.weights(self.step)
             self.step = step
             tokens_seen += tokens
+            self._spend_budget(tokens, logging, progress)
 
             if logging:
                 tokens, tokens_seen = dist_utils.sum_over_ranks((tokens, tokens_seen), self.world,
@@ -498,6 +545,7 @@ class Trainer:
                     now = time.perf_counter()
                     record = {"step": self.step, **logs,
                               **{f"weight/{k}": w for k, w in weights.items()},
+                              **self.mix.option_values(self.step - 1),
                               "lr": lr, "tokens": tokens,
                               "tokens_per_s": tokens_seen / max(now - clock, 1e-9)}
                     record.update(self._source_shares())
@@ -509,6 +557,8 @@ class Trainer:
                     self.plugins.hook.pretextual_on_step_end(step=self.step, metrics=record,
                                                              trainer=self)
                 self.tokens_trained += tokens_seen
+                if t.max_tokens is None:  # else counted at every step, by the budget
+                    self.tokens_total += tokens_seen
                 tokens_seen = 0
                 # a plugin asks on the main process; every process stops at the same step
                 self.should_stop = dist_utils.any_over_ranks(self.should_stop, self.world,

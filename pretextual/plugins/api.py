@@ -98,7 +98,7 @@ class Encoder(Protocol):
         ...
 
 
-SCHEDULE_KEYS = frozenset({"weight", "schedule", "start_weight", "schedule_steps"})
+SCHEDULE_KEYS = frozenset({"weight", "schedule", "start_weight", "schedule_steps", "schedules"})
 """The keys the core reads from every ``objectives.<name>`` next to the objective's
 own (its weight and weight schedule); an objective's options cannot use them."""
 
