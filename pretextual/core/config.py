@@ -68,7 +68,7 @@ class DataConfig:
     text_field: str = "text"
     """Field holding the text in .jsonl corpora, column holding it in Parquet and Arrow ones."""
     tokenizer: Optional[str] = None
-    """A tokenizer.json to use, a directory holding one (a transformers model directory, a pretextual export), or a BERT WordPiece vocab.txt (or a directory holding vocab.txt and no tokenizer.json; lower-cased unless a tokenizer_config.json beside it says do_lower_case: false); unset trains a WordPiece tokenizer on the corpus."""
+    """A tokenizer.json to use, a directory holding one (a transformers model directory, a pretextual export), or a BERT WordPiece vocab.txt (or a directory holding vocab.txt and no tokenizer.json; lower-cased as a tokenizer_config.json beside it says in do_lower_case, else as data.lowercase); unset trains a WordPiece tokenizer on the corpus."""
     vocab_size: int = 8192
     """Vocabulary size of the trained WordPiece tokenizer."""
     lowercase: bool = True

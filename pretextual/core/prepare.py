@@ -55,7 +55,7 @@ MB = 1 << 20
 # --- in memory, cached ----------------------------------------------------------------------
 
 def _cache_key(data_cfg) -> str:
-    tokenizer = (load_tokenizer(data_cfg.tokenizer).to_str() if data_cfg.tokenizer
+    tokenizer = (load_tokenizer(data_cfg.tokenizer, data_cfg.lowercase).to_str() if data_cfg.tokenizer
                  else f"wordpiece:{data_cfg.vocab_size}:{data_cfg.lowercase}")
     return sha256(f"v{CACHE_FORMAT}:{corpus_fingerprint(data_cfg.corpus)}:{data_cfg.text_field}"
                   f"{tokenizer}".encode())[:20]
@@ -79,7 +79,7 @@ def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None,
     if documents is not None:
         return _tokenize(documents, data_cfg, tokenizer, f"{len(documents)} documents", log)
     if data_cfg.prepared:
-        return open_prepared(data_cfg.prepared, data_cfg.tokenizer, log)
+        return open_prepared(data_cfg.prepared, data_cfg.tokenizer, log, data_cfg.lowercase)
     cache = Path(os.path.expanduser(data_cfg.cache_dir)) / _cache_key(data_cfg)
     tokenizer_file, tokens_file = cache / "tokenizer.json", cache / "tokens.safetensors"
     if tokenizer_file.is_file() and tokens_file.is_file():
@@ -145,7 +145,7 @@ def _prepared_tokenizer(out: Path, corpus: str, data_cfg, sample_bytes: int, log
     """data.tokenizer, or a WordPiece tokenizer trained on a sample; kept in ``out`` and
     reused by a re-run with the same recipe (training again could break ties differently)."""
     if data_cfg.tokenizer:
-        given = load_tokenizer(data_cfg.tokenizer)
+        given = load_tokenizer(data_cfg.tokenizer, data_cfg.lowercase)
         recipe = {"file": tokenizer_sha256(given)}
     else:
         recipe = {"wordpiece": data_cfg.vocab_size, "lowercase": data_cfg.lowercase,
@@ -178,7 +178,7 @@ def _tokenize(docs: list[Document], data_cfg, tokenizer: Tokenizer | None, what:
     """``docs`` tokenized with ``tokenizer``, else data.tokenizer, else a WordPiece
     tokenizer trained on them; ``what`` names them in the error for no tokens."""
     if tokenizer is None and data_cfg.tokenizer:
-        tokenizer = load_tokenizer(data_cfg.tokenizer)
+        tokenizer = load_tokenizer(data_cfg.tokenizer, data_cfg.lowercase)
     elif tokenizer is None:
         tokenizer = train_tokenizer((s for d in docs for s in d.sentences), data_cfg,
                                     f"{len(docs)} documents", log)

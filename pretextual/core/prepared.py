@@ -112,10 +112,11 @@ def verify_shards(directory: Path, manifest: dict, shards: list[Shard], vocab_si
         log(f"data.prepared: cannot write {record_file}; the next run verifies the shards again")
 
 
-def open_prepared(directory: str | Path, tokenizer: str | None = None, log=print
-                  ) -> tuple[Tokenizer, TokenizedDocuments]:
+def open_prepared(directory: str | Path, tokenizer: str | None = None, log=print,
+                  lowercase: bool = True) -> tuple[Tokenizer, TokenizedDocuments]:
     """The tokenizer and memory-mapped documents of a prepared corpus, every file checked
-    against the manifest (see the module docstring)."""
+    against the manifest (see the module docstring); ``tokenizer`` (data.tokenizer, read
+    with data.lowercase) must be the one it was prepared with."""
     directory = Path(directory).expanduser()
     manifest = read_manifest(directory)
     tokenizer_file = directory / TOKENIZER_FILE
@@ -127,7 +128,7 @@ def open_prepared(directory: str | Path, tokenizer: str | None = None, log=print
         raise DataError(f"{tokenizer_file}: changed since prepare (its sha256 differs from "
                         f"{MANIFEST}); run pretextual prepare again")
     vocab_of(prepared, str(tokenizer_file))
-    if tokenizer and load_tokenizer(tokenizer).to_str() != prepared.to_str():
+    if tokenizer and load_tokenizer(tokenizer, lowercase).to_str() != prepared.to_str():
         raise DataError(f"data.tokenizer: {tokenizer} is not the tokenizer {directory} was "
                         f"prepared with ({tokenizer_file}); unset data.tokenizer")
     shards = [_open_shard(directory, entry) for entry in manifest["shards"]]

@@ -107,7 +107,7 @@ def source_corpora(data: DictConfig, log, required: Tokenizer | None = None
     (which must agree), else a WordPiece tokenizer trained on every source's text,
     cached under the sources' fingerprint so the next run tokenizes nothing again."""
     names = source_names(data.sources)
-    tokenizer = required or (load_tokenizer(data.tokenizer) if data.tokenizer else None)
+    tokenizer = required or (load_tokenizer(data.tokenizer, data.lowercase) if data.tokenizer else None)
     prepared = {}
     for i, source in enumerate(data.sources):
         if source.prepared:

@@ -257,7 +257,8 @@ class ExportOptions:
     """The choices of one export, shared by every format selected."""
 
     with_heads: bool = False
-    """Also write the pretraining heads (only formats registered with ``heads=True``)."""
+    """Write the pretraining heads (formats registered with ``heads=True``; the default
+    export asks for them, ``--encoder-only`` does not)."""
     quantize: str | None = None
     """A quantization scheme such as ``"int8"`` (only formats that list it in ``quantize``)."""
 
@@ -284,7 +285,7 @@ class ExporterSpec:
     writes everything into a temporary directory it renames when every format
     has succeeded, so an exporter never needs to clean up after a failure.
 
-    ``heads`` says the format can write the pretraining heads (``--with-heads``);
+    ``heads`` says the format can write the pretraining heads (the default; not under ``--encoder-only``);
     ``quantize`` lists the schemes it accepts in ``options.quantize``. The core
     refuses an option that no selected format supports.
     """
