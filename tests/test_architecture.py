@@ -20,7 +20,7 @@ from pretextual.plugins import api
 
 PACKAGE = Path(pretextual.__file__).resolve().parent
 ABOVE_THE_SURFACE = ("pretextual.core", "pretextual.analysis", "pretextual.exporters",
-                     "pretextual.evaluation", "pretextual.objectives")
+                     "pretextual.evaluation", "pretextual.objectives", "pretextual.loggers")
 SURFACE_MAY_IMPORT = {"torch", "numpy", "pluggy", "pretextual.errors", "pretextual.plugins"}
 
 
