@@ -3,9 +3,9 @@
 from pretextual.errors import (CheckpointError, ConfigError, DataError, EvaluationError,
                                PluginError, PretextualError)
 from pretextual.plugins.api import (BuildContext, Encoder, ExportedModel, ExporterSpec,
-                                    ExportOptions, ExportSummary, LoggerSpec, Objective,
-                                    ObjectiveOutput, ObjectiveSpec, StepInputs, TaskData,
-                                    TaskSpec, Vocab)
+                                    ExportOptions, ExportSummary, LoggerSpec, LRScheduleSpec,
+                                    Objective, ObjectiveOutput, ObjectiveSpec, OptimizerSpec,
+                                    StepInputs, TaskData, TaskSpec, Vocab)
 from pretextual.plugins.hookspecs import hookimpl
 from pretextual.run import train
 
@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BuildContext", "CheckpointError", "ConfigError", "DataError", "Encoder", "EvaluationError",
-    "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "LoggerSpec", "Objective",
+    "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "LoggerSpec",
+    "LRScheduleSpec", "Objective", "OptimizerSpec",
     "ObjectiveOutput", "ObjectiveSpec", "PluginError", "PretextualError", "StepInputs", "TaskData",
     "TaskSpec", "Vocab", "hookimpl", "train", "__version__",
 ]

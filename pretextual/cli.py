@@ -34,13 +34,13 @@ def _load(args) -> DictConfig:
 def cmd_train(args) -> int:
     from pretextual.core.config import DEFAULT_RECIPE
     from pretextual.core.distributed import leave_process_group, shutdown
-    from pretextual.core.trainer import Trainer
     from pretextual.plugins.manager import Plugins
+    from pretextual.run import trainer_for
     source, _ = _split_config_args(args.args)
     cfg = _load(args)
     try:
-        trainer = Trainer(cfg, Plugins.from_config(cfg, strict=args.strict_plugins),
-                          resume=args.resume, run_name=Path(source or DEFAULT_RECIPE).stem)
+        trainer = trainer_for(cfg, Plugins.from_config(cfg, strict=args.strict_plugins),
+                              resume=args.resume, run_name=Path(source or DEFAULT_RECIPE).stem)
     except BaseException:
         leave_process_group()  # joined while the trainer was set up: leave it cleanly
         raise

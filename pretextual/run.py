@@ -9,6 +9,19 @@ from typing import Any, Iterable
 from omegaconf import DictConfig
 
 
+def trainer_for(cfg: DictConfig, plugins=None, log=print, resume: bool = False,
+                run_name: str = "run", documents: list | None = None):
+    """The Trainer of a resolved config, with the model model.init_from names loaded (a
+    pretextual run, an export or a directory transformers saved)."""
+    from pretextual.core.trainer import Trainer
+    start = None
+    if cfg.model.init_from:
+        from pretextual.exporters.load import load_pretrained
+        start, _ = load_pretrained(cfg.model.init_from)
+    return Trainer(cfg, plugins, log=log, resume=resume, run_name=run_name, documents=documents,
+                   start=start)
+
+
 def train(config: str | DictConfig | None = None, *overrides: str,
           documents: Any | Iterable[str] | Iterable[dict] | None = None, log=print):
     """Train as ``pretextual train CONFIG OVERRIDES...`` does and return the Trainer
@@ -23,7 +36,6 @@ def train(config: str | DictConfig | None = None, *overrides: str,
     from pretextual.core.config import DEFAULT_RECIPE, load_config
     from pretextual.core.corpus import documents_of
     from pretextual.core.distributed import shutdown
-    from pretextual.core.trainer import Trainer
     from pretextual.plugins.manager import Plugins
     if isinstance(config, DictConfig):
         if overrides:
@@ -37,7 +49,7 @@ def train(config: str | DictConfig | None = None, *overrides: str,
     if documents is not None:
         docs = documents_of(documents, cfg.data.text_field)
         cfg.data.corpus = f"(the {len(docs)} documents given to pretextual.train)"
-    trainer = Trainer(cfg, Plugins.from_config(cfg), log=log, run_name=name, documents=docs)
+    trainer = trainer_for(cfg, Plugins.from_config(cfg), log=log, run_name=name, documents=docs)
     try:
         trainer.final_metrics = trainer.train()
     finally:

@@ -26,6 +26,7 @@ from pretextual.core.documents import split_documents
 from pretextual.core.prepare import tokenized_corpus
 from pretextual.core.tokenizer import has_word_boundaries
 from pretextual.core.trainer import Trainer
+from pretextual.run import trainer_for
 from pretextual.errors import PretextualError
 from pretextual.plugins.api import BuildContext
 from pretextual.plugins.manager import Plugins
@@ -139,7 +140,7 @@ def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int =
         # directories (an earlier ablation's) are the ablation's own.
         cfg = config(mix, f"trainer.max_steps={steps}", f"trainer.output_dir={out / 'runs'}",
                      "trainer.overwrite_output_dir=true")
-        trainer = Trainer(cfg, Plugins.from_config(cfg, strict=strict_plugins), quiet)
+        trainer = trainer_for(cfg, Plugins.from_config(cfg, strict=strict_plugins), quiet)
         per_step[mix_label(mix)] = tokens_per_step(trainer.train_batches,
                                                    cfg.trainer.grad_accum_steps, 1)
         data = data or _probe_inputs(trainer)
@@ -158,7 +159,7 @@ def ablate(mixes: Sequence[str], out: str | Path, steps: int = 200, seeds: int =
                          f"trainer.output_dir={run_dir}", "trainer.overwrite_output_dir=true")
             plugins = Plugins.from_config(cfg, strict=strict_plugins)  # plugins.modules too
             prefix = f"[{label} seed {seed}] "
-            trainer = Trainer(cfg, plugins, lambda message: log(prefix + message))
+            trainer = trainer_for(cfg, plugins, lambda message: log(prefix + message))
             if index == 0:  # every mix starts from this same encoder (same seed, built first)
                 runs.append(RunResult(UNTRAINED, seed, "", 0, 0, 0.0,
                                       run_probes(trainer.model, data, trainer.device)))

@@ -1,7 +1,9 @@
 """model.init_from: a run that starts from trained weights (a pretextual run, an export, or
 a directory transformers saved), with a fresh optimizer and step, as domain adaptation
 does. The sizes come from the checkpoint, its tokenizer becomes the run's unless
-data.tokenizer is set, and each of the run's heads that the checkpoint has is loaded."""
+data.tokenizer is set, and each of the run's heads that the checkpoint has is loaded.
+Reading the directory is the exporters' (pretextual.run.trainer_for loads it); this
+module uses what was read."""
 
 from __future__ import annotations
 
@@ -18,13 +20,6 @@ from pretextual.plugins.api import ExportedModel
 
 DEFAULT_POSITIONS = 512
 """model.max_position_embeddings's default: a value other than it is the user's own."""
-
-
-def load_start(path: str) -> ExportedModel:
-    """The model model.init_from names (one CheckpointError line when it is not one)."""
-    from pretextual.exporters.load import load_pretrained
-    loaded, _ = load_pretrained(path)
-    return loaded
 
 
 def start_tokenizer(start: ExportedModel) -> Tokenizer:

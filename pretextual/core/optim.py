@@ -14,6 +14,9 @@ from typing import Callable
 
 import torch
 
+from pretextual.plugins.api import LRScheduleSpec, OptimizerSpec
+from pretextual.plugins.hookspecs import hookimpl
+
 
 def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Parameter groups: BERT excludes biases and LayerNorm weights from weight decay."""
@@ -42,7 +45,8 @@ def adafactor(groups, trainer) -> torch.optim.Optimizer:
 
 OptimizerFactory = Callable[[list, object], torch.optim.Optimizer]
 OPTIMIZERS: dict[str, OptimizerFactory] = {"adamw": adamw, "adafactor": adafactor}
-"""trainer.optimizer: name -> factory(parameter groups, trainer config) -> optimizer."""
+"""The built-in optimizers (registered below): name -> factory(parameter groups, trainer
+config) -> optimizer."""
 
 
 @dataclass(frozen=True)
@@ -123,4 +127,17 @@ def wsd(s: ScheduleSettings) -> Callable[[int], float]:
 LR_SCHEDULES: dict[str, Callable[[ScheduleSettings], Callable[[int], float]]] = {
     "linear": linear, "cosine": cosine, "constant": constant, "inverse_sqrt": inverse_sqrt,
     "wsd": wsd}
-"""trainer.lr_schedule: name -> factory(ScheduleSettings) -> (step -> factor of trainer.lr)."""
+"""The built-in schedules (registered below): name -> factory(ScheduleSettings) -> (step ->
+factor of trainer.lr)."""
+
+
+@hookimpl
+def pretextual_register_optimizers(register):
+    for name, build in OPTIMIZERS.items():
+        register(OptimizerSpec(name=name, build=build, description=build.__doc__.split(".")[0]))
+
+
+@hookimpl
+def pretextual_register_lr_schedules(register):
+    for name, build in LR_SCHEDULES.items():
+        register(LRScheduleSpec(name=name, build=build, description=build.__doc__.split(".")[0]))

@@ -31,15 +31,15 @@ from pretextual.core.encoder import EncoderConfig, count_parameters, preset_conf
 from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objectives,
                                  resolved_objectives)
 from pretextual.core.budget import TimeBudget, parse_duration, steps_for_tokens, tokens_per_step
-from pretextual.core.init_from import load_start, load_weights, start_config, start_tokenizer
-from pretextual.core.optim import LR_SCHEDULES, OPTIMIZERS, ScheduleSettings, decay_groups
+from pretextual.core.init_from import load_weights, start_config, start_tokenizer
+from pretextual.core.optim import ScheduleSettings, decay_groups
 from pretextual.core.run_data import run_corpus, split_batches
 from pretextual.core.sources import MixedBatches
 from pretextual.core.run_dir import RunDirectory, latest_run, new_run_path, point_latest
 from pretextual.core.step import MixForward, NonFinite, next_batch
 from pretextual.core.tokenizer import TOKENIZER_FILE, has_word_boundaries, tokenizer_sha256, vocab_of
-from pretextual.errors import CheckpointError, ConfigError, TrainingError
-from pretextual.plugins.api import BuildContext
+from pretextual.errors import CheckpointError, ConfigError, TrainingError, plugin_call
+from pretextual.plugins.api import BuildContext, ExportedModel
 from pretextual.plugins.manager import Plugins
 
 # Full (unsharded) state on the CPU: checkpoints do not depend on how the model was split.
@@ -90,17 +90,20 @@ def _check_loggers(names, plugins: Plugins) -> None:
                               f"(or leave {name} out of trainer.loggers)")
 
 
-def _check_registered(key: str, name: str, registry: dict) -> None:
+def _registered(key: str, name: str, registry: dict, kind: str):
+    """The spec registered as ``name``, else one ConfigError line naming the known ones."""
     if name not in registry:
-        raise ConfigError(f"{key}: no optimizer or schedule is registered as {name!r} "
-                          f"(known: {', '.join(sorted(registry))})")
+        raise ConfigError(f"{key}: no plugin registers an {kind.replace('_', ' ')} named "
+                          f"{name!r} (known: {', '.join(sorted(registry))})")
+    return registry[name]
 
 
 class Trainer:
     """One training run, set up from a resolved config.
 
     ``run_name`` names the run's directory when trainer.output_dir is unset
-    (runs/<run_name>-<time>). ``documents``: the run's Documents, instead of data.corpus. ``resume``: continue the run in trainer.output_dir (unset:
+    (runs/<run_name>-<time>). ``documents``: the run's Documents, instead of data.corpus.
+    ``start``: the model model.init_from names, loaded (pretextual.run.trainer_for). ``resume``: continue the run in trainer.output_dir (unset:
     the one runs/latest points at) from its newest checkpoint, with
     the tokenizer it was trained with. Without it a directory holding checkpoints, an
     export or files that are not a run's is an error, unless trainer.overwrite_output_dir
@@ -108,7 +111,8 @@ class Trainer:
     while it runs: a second process training there gets an error."""
 
     def __init__(self, cfg: DictConfig, plugins: Plugins | None = None, log=print,
-                 resume: bool = False, run_name: str = "run", documents: list | None = None):
+                 resume: bool = False, run_name: str = "run", documents: list | None = None,
+                 start: ExportedModel | None = None):
         self.cfg = cfg
         self.device = dist_utils.device_for(cfg.trainer.device)
         self.world = dist_utils.init_world(self.device)
@@ -126,8 +130,10 @@ class Trainer:
         self.run_dir.check_writable()
         self.run_dir.check_free()
         self.export_formats = _export_formats(cfg.trainer.export, self.plugins)
-        _check_registered("trainer.optimizer", cfg.trainer.optimizer, OPTIMIZERS)
-        _check_registered("trainer.lr_schedule", cfg.trainer.lr_schedule, LR_SCHEDULES)
+        self._optimizer = _registered("trainer.optimizer", cfg.trainer.optimizer,
+                                      self.plugins.optimizers, "optimizer").build
+        self._schedule = _registered("trainer.lr_schedule", cfg.trainer.lr_schedule,
+                                     self.plugins.lr_schedules, "lr_schedule").build
         _check_loggers(cfg.trainer.loggers, self.plugins)
         objectives = check_objectives(cfg.objectives, self.plugins)
         cfg.objectives = resolved_objectives(objectives)  # config.yaml records every option
@@ -136,7 +142,10 @@ class Trainer:
             self._check_fresh_run_dir()
         self.should_stop = False  # plugins may set this from pretextual_on_step_end
         resumed_run = resume and bool(list_checkpoints(self.run_dir.checkpoints))
-        self.start = load_start(cfg.model.init_from) if cfg.model.init_from else None
+        if cfg.model.init_from and start is None:
+            raise ConfigError(f"model.init_from={cfg.model.init_from}: build the Trainer with "
+                              f"pretextual.run.trainer_for, which loads it")
+        self.start = start
         required = self.run_dir.resumed_tokenizer() if self.world.is_main and resume else None
         source = str(self.out / TOKENIZER_FILE)
         if required is None and self.start is not None and not cfg.data.tokenizer:
@@ -190,8 +199,9 @@ class Trainer:
             t.max_steps = steps_for_tokens(t.max_tokens, per_step)
             self.log(f"trainer.max_tokens={t.max_tokens:,}: about {t.max_steps:,} steps of "
                      f"{per_step:,.0f} tokens, the length the schedule is sized to")
-        self.optimizer = OPTIMIZERS[t.optimizer](decay_groups(self.model, t.weight_decay), t)
-        self._lr_factor = LR_SCHEDULES[t.lr_schedule](ScheduleSettings.of(t))
+        self.optimizer = plugin_call(f"trainer.optimizer={t.optimizer}", "build()", self._optimizer,
+                                     decay_groups(self.model, t.weight_decay), t)
+        self._lr_factor = self._schedule(ScheduleSettings.of(t))
         if t.warmup_steps > t.max_steps:
             self.log(f"warning: trainer.warmup_steps={t.warmup_steps} is more than trainer.max_steps="
                      f"{t.max_steps}: the learning rate rises for the whole run and peaks at "
@@ -386,7 +396,7 @@ class Trainer:
             planned = plans // self.world.world_size
         if planned is not None and logging and not self.should_stop:
             t.max_steps = max(planned, self.step + 1)
-            self.scheduler.lr_lambdas[0] = LR_SCHEDULES[t.lr_schedule](ScheduleSettings.of(t))
+            self.scheduler.lr_lambdas[0] = self._schedule(ScheduleSettings.of(t))
             progress.total = t.max_steps
 
     def _source_shares(self) -> dict[str, float]:

@@ -351,8 +351,35 @@ class LoggerSpec:
     warn_if_missing: bool = False
 
 
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """What a plugin registers to make an optimizer selectable by name
+    (``trainer.optimizer=<name>``): ``build(param_groups, trainer)`` returns a
+    ``torch.optim.Optimizer`` over the parameter groups (each with its weight decay set:
+    none on biases and LayerNorm weights), reading ``trainer.lr`` and any other key of the
+    trainer config it needs. Its state must be a tensor state dict, as torch's are: a
+    checkpoint saves and restores it."""
+
+    name: str
+    build: Callable[[list, Any], Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class LRScheduleSpec:
+    """What a plugin registers to make a learning-rate schedule selectable by name
+    (``trainer.lr_schedule=<name>``): ``build(settings)`` returns the factor of
+    ``trainer.lr`` at each optimizer step, a pure function of the step (so a resumed run
+    continues it exactly). ``settings`` has warmup_steps, max_steps, min_lr_ratio,
+    decay_steps, decay_fraction and decay_shape, from the trainer config."""
+
+    name: str
+    build: Callable[[Any], Callable[[int], float]]
+    description: str = ""
+
+
 __all__ = ["PARTS", "SCHEDULE_KEYS", "Batch", "BatchTransform", "BuildContext", "Documents",
            "Encoder", "EncoderConfigLike", "EncoderOutputLike", "Example", "ExampleBuilder",
            "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "HeadFactory",
-           "LoggerSpec", "Objective", "ObjectiveOutput", "ObjectiveSpec", "StepInputs", "TaskData",
-           "TaskSpec", "Vocab"]
+           "LoggerSpec", "LRScheduleSpec", "Objective", "ObjectiveOutput", "ObjectiveSpec",
+           "OptimizerSpec", "StepInputs", "TaskData", "TaskSpec", "Vocab"]

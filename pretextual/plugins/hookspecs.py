@@ -109,3 +109,22 @@ def pretextual_register_loggers(register: Callable[[Any], None]) -> None:
     accepts; names are unique as for objectives. The logger itself is the plugin's
     training hooks, which act only when the name is in ``trainer.cfg.trainer.loggers``.
     """
+
+
+@hookspec
+def pretextual_register_optimizers(register: Callable[[Any], None]) -> None:
+    """Register optimizers: call ``register(OptimizerSpec(...))`` once per optimizer.
+
+    Called once, when the plugin is loaded. The spec's name is what ``trainer.optimizer``
+    accepts (adamw and adafactor are built in); names are unique as for objectives.
+    """
+
+
+@hookspec
+def pretextual_register_lr_schedules(register: Callable[[Any], None]) -> None:
+    """Register learning-rate schedules: call ``register(LRScheduleSpec(...))`` once per
+    schedule.
+
+    Called once, when the plugin is loaded. The spec's name is what ``trainer.lr_schedule``
+    accepts (linear, cosine, constant, inverse_sqrt and wsd are built in).
+    """

@@ -25,8 +25,8 @@ import pluggy
 
 from pretextual.errors import PluginError
 from pretextual.plugins import hookspecs
-from pretextual.plugins.api import (PARTS, SCHEDULE_KEYS, ExporterSpec, LoggerSpec, ObjectiveSpec,
-                                   TaskSpec)
+from pretextual.plugins.api import (PARTS, SCHEDULE_KEYS, ExporterSpec, LoggerSpec,
+                                   LRScheduleSpec, ObjectiveSpec, OptimizerSpec, TaskSpec)
 
 ENTRY_POINT_GROUP = "pretextual"
 ENV_LOAD_PLUGINS = "PRETEXTUAL_LOAD_PLUGINS"
@@ -48,6 +48,7 @@ BUILTIN_PLUGINS = (
     "pretextual.loggers.tensorboard",
     "pretextual.loggers.mlflow",
     "pretextual.loggers.wandb",
+    "pretextual.core.optim",  # the built-in optimizers and learning-rate schedules
     "pretextual.evaluation.builtin_tasks",
     "pretextual.evaluation.glue",
 )
@@ -58,6 +59,8 @@ REGISTER_HOOKS = {
     "pretextual_register_exporters": ("exporter", ExporterSpec),
     "pretextual_register_tasks": ("task", TaskSpec),
     "pretextual_register_loggers": ("logger", LoggerSpec),
+    "pretextual_register_optimizers": ("optimizer", OptimizerSpec),
+    "pretextual_register_lr_schedules": ("lr_schedule", LRScheduleSpec),
 }
 
 
@@ -73,6 +76,8 @@ class PluginInfo:
     exporters: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
     loggers: list[str] = field(default_factory=list)
+    optimizers: list[str] = field(default_factory=list)
+    lr_schedules: list[str] = field(default_factory=list)
 
     def label(self) -> str:
         """``'name' (package P V)``: how messages name the plugin."""
@@ -98,6 +103,8 @@ class Plugins:
         self.exporters: dict[str, ExporterSpec] = {}
         self.tasks: dict[str, TaskSpec] = {}
         self.loggers: dict[str, LoggerSpec] = {}
+        self.optimizers: dict[str, OptimizerSpec] = {}
+        self.lr_schedules: dict[str, LRScheduleSpec] = {}
         self._owner: dict[tuple[str, str], str] = {}
         self.clashes: dict[tuple[str, str], str] = {}
         """(kind, name) registered by two plugins -> the message naming both."""

@@ -209,8 +209,8 @@ def test_cli_prints_resolved_config(capsys):
     printed = OmegaConf.create(capsys.readouterr().out).objectives
     # every key as the run reads it, typed: 1 from the command line is the float 1.0
     assert printed.wwm == {"weight": 1.0, "schedule": "constant", "start_weight": 0.0,
-                           "schedule_steps": 0, "mask_prob": 0.15, "mask_ratio": 0.8,
-                           "random_ratio": 0.1}
+                           "schedule_steps": 0, "schedules": {}, "mask_prob": 0.15,
+                           "mask_ratio": 0.8, "random_ratio": 0.1}
     assert type(printed.wwm.weight) is float and printed.sop.weight == 0.5
 
 

@@ -35,7 +35,7 @@ def test_a_directory_reads_its_text_files_and_says_what_it_skipped(tmp_path, cap
     for _ in range(2):  # a command lists its corpus several times; the warning comes once
         assert [d.sentences for d in read_corpus(str(tmp_path))] == [["Read this one.", "It counts."]]
     err = capsys.readouterr().err
-    assert err == (f"pretextual: warning: data.corpus: {tmp_path}: read 1 .txt/.text/.jsonl file; "
+    assert err == (f"pretextual: warning: data.corpus: {tmp_path}: read 1 file; "
                    f"skipped 3 other files (AA/wiki_00, AA/wiki_01, notes.md); a glob such as "
                    f"'{tmp_path}/**' reads every file it matches, whatever its suffix\n")
     assert len(read_corpus(f"{tmp_path}/**")) == 4  # the glob it suggests reads them all
@@ -46,7 +46,7 @@ def test_a_directory_without_text_files_is_an_error_naming_the_suffixes(tmp_path
     (tmp_path / "wiki_00").write_text("Only extensionless files here.\n")
     with pytest.raises(DataError) as info:
         read_corpus(str(tmp_path))
-    assert str(info.value) == (f"data.corpus: {tmp_path} holds no .txt/.text/.jsonl file; skipped "
+    assert str(info.value) == (f"data.corpus: {tmp_path} holds no text, .jsonl, Parquet or Arrow file; skipped "
                                f"1 other file (wiki_00); a glob such as '{tmp_path}/**' reads "
                                f"every file it matches, whatever its suffix")
 

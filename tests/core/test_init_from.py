@@ -12,7 +12,7 @@ import transformers
 from pretextual.cli import main
 from pretextual.core.config import load_config
 from pretextual.core.tokenizer import train_wordpiece
-from pretextual.core.trainer import Trainer
+from pretextual.run import trainer_for
 from pretextual.errors import ConfigError
 from run_helpers import tiny_overrides
 
@@ -43,7 +43,7 @@ def test_the_first_loss_is_transformers_own_and_training_lowers_it(
     said = []
     cfg = _config(corpus_file, cache_dir, tmp_path / "run", f"model.init_from={hf_mlm}",
                   "trainer.lr=3e-3", steps=30)
-    trainer = Trainer(cfg, log=said.append)
+    trainer = trainer_for(cfg, log=said.append)
     assert f"init_from {hf_mlm}: encoder and head mlm loaded; the optimizer and the step start fresh" in said
     assert trainer.encoder_config.hidden_size == 64 and trainer.encoder_config.num_hidden_layers == 2
     batch = trainer.train_batches[0]
@@ -82,7 +82,7 @@ def test_a_conflicting_size_is_one_line(hf_mlm, corpus_file, cache_dir, tmp_path
     cfg = _config(corpus_file, cache_dir, tmp_path / "run", f"model.init_from={hf_mlm}",
                   "model.hidden_size=128")
     with pytest.raises(ConfigError) as error:
-        Trainer(cfg, log=lambda *_: None)
+        trainer_for(cfg, log=lambda *_: None)
     assert str(error.value) == (f"model.hidden_size=128: model.init_from={hf_mlm} has "
                                 f"hidden_size=64; its sizes are the run's, so leave "
                                 f"model.hidden_size unset")

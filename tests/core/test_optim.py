@@ -5,12 +5,17 @@ import json
 import math
 
 import pytest
+import torch
 
 from pretextual.cli import main
 from pretextual.core import config_checks
 from pretextual.core.config import load_config
 from pretextual.core.optim import DECAY_SHAPES, LR_SCHEDULES, ScheduleSettings
+from pretextual.core.trainer import Trainer
 from pretextual.errors import ConfigError
+from pretextual.plugins.api import LRScheduleSpec, OptimizerSpec
+from pretextual.plugins.hookspecs import hookimpl
+from pretextual.plugins.manager import Plugins
 from run_helpers import tiny_overrides
 
 
@@ -86,7 +91,34 @@ def test_an_unknown_optimizer_or_schedule_names_the_known_ones(corpus_file, cach
                                                                capsys):
     fast = tiny_overrides(corpus_file, cache_dir, tmp_path / "run", 2)
     assert main(["train", "roberta", *fast, "trainer.optimizer=lamb"]) == 2
-    assert capsys.readouterr().err == ("pretextual: error: trainer.optimizer: no optimizer or "
-                                       "schedule is registered as 'lamb' (known: adafactor, adamw)\n")
+    assert capsys.readouterr().err == ("pretextual: error: trainer.optimizer: no plugin registers "
+                                       "an optimizer named 'lamb' (known: adafactor, adamw)\n")
     assert main(["train", "roberta", *fast, "trainer.lr_schedule=poly"]) == 2
     assert "known: constant, cosine, inverse_sqrt, linear, wsd)" in capsys.readouterr().err
+
+
+class Lion:
+    """A plugin adding an optimizer and a schedule by name, as a package would."""
+
+    @hookimpl
+    def pretextual_register_optimizers(self, register):
+        register(OptimizerSpec(name="sgd-momentum", build=lambda groups, t: torch.optim.SGD(
+            groups, lr=t.lr, momentum=0.9)))
+
+    @hookimpl
+    def pretextual_register_lr_schedules(self, register):
+        register(LRScheduleSpec(name="halving", build=lambda s: lambda step: 0.5 ** (step // 2)))
+
+
+def test_a_plugin_registers_an_optimizer_and_a_schedule(corpus_file, cache_dir, tmp_path):
+    plugins = Plugins()
+    plugins.register(Lion(), name="lion")
+    cfg = load_config("roberta", tiny_overrides(corpus_file, cache_dir, tmp_path / "run", 6)
+                      + ["trainer.optimizer=sgd-momentum", "trainer.lr_schedule=halving",
+                         "trainer.lr=0.1"])
+    trainer = Trainer(cfg, plugins, log=lambda *_: None)
+    assert isinstance(trainer.optimizer, torch.optim.SGD)
+    trainer.train()
+    assert _lrs(tmp_path / "run") == {1: 0.1, 2: 0.1, 3: 0.05, 4: 0.05, 5: 0.025, 6: 0.025}
+    assert plugins.info["lion"].optimizers == ["sgd-momentum"]
+    assert plugins.info["lion"].lr_schedules == ["halving"]
