@@ -90,11 +90,29 @@ class DataConfig:
 
 
 @dataclass
+class PhaseConfig:
+    """One phase of a run (trainer.phases[i]); what it leaves unset is the run's."""
+
+    steps: Optional[int] = None
+    """Optimizer steps of the phase."""
+    max_seq_length: Optional[int] = None
+    """Its data.max_seq_length."""
+    batch_size: Optional[int] = None
+    """Its data.batch_size."""
+    lr: Optional[float] = None
+    """Its peak learning rate (trainer.lr), which the run's schedule scales."""
+    name: Optional[str] = None
+    """What metrics.jsonl and the console call it; unset: '<length> tokens'."""
+
+
+@dataclass
 class TrainerConfig:
     max_steps: int = 1000
     """Optimizer steps to train for."""
     max_tokens: Optional[int] = None
     """Train until the steps' tokens (non-padding, over all processes, as metrics.jsonl counts them) reach this, instead of max_steps; the schedule is sized to the steps that takes, estimated from the first 64 micro-batches."""
+    phases: list[PhaseConfig] = field(default_factory=list)
+    """Phases run one after another in the run directory, each changing steps, max_seq_length, batch_size and lr (e.g. [{steps: 900, max_seq_length: 128}, {steps: 100, max_seq_length: 512}], the bert-128-512 recipe); max_steps is then their sum, the schedule spans them all, and every metrics line says its phase."""
     max_time: Optional[str] = None
     """Train until this much wall-clock time has passed (3600, 45m, 2h; metrics.jsonl's clock, continued across resumes), instead of max_steps, which is then only the schedule's first guess: its length is re-estimated from the measured rate at every logged step."""
     lr: float = 3e-3
@@ -319,6 +337,16 @@ def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             raise ConfigError(f"{key}: takes a list, written in brackets: {key}=[{value}] "
                               f"(several: {key}=[a,b])")
         try:
+            parts = key.split(".")
+            indexed = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+            if indexed is not None:  # into an element of a list (trainer.phases.0.steps=3)
+                listed = OmegaConf.select(cfg, ".".join(parts[:indexed]), default=None)
+                if not isinstance(listed, ListConfig) or int(parts[indexed]) >= len(listed):
+                    raise ConfigError(f"{key}: {'.'.join(parts[:indexed])} has no element "
+                                      f"{parts[indexed]}")
+                parsed = OmegaConf.from_dotlist([f"value={value}"]).value
+                OmegaConf.update(cfg, key, parsed, merge=True)
+                continue
             dotlist = OmegaConf.from_dotlist([f"{key}={value}"])
             cfg = OmegaConf.merge(cfg, dotlist)
         except (OmegaConfBaseException, TypeError) as exc:  # TypeError: a list for a mapping

@@ -78,6 +78,8 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.wandb_mode must be one of {', '.join(WANDB_MODES)} (or unset), "
                           f"got {t.wandb_mode!r}")
     check_schedule(t)
+    from pretextual.core.phases import plan
+    plan(cfg)  # each phase's keys
     check_sources(d)
     _check_fits_in_memory(cfg)
     if not cfg.objectives:
@@ -195,6 +197,9 @@ def check_schedule(t) -> None:
     against the registries, which plugins extend, when the run is set up) and the budgets."""
     if t.max_tokens is not None and t.max_time is not None:
         raise ConfigError("trainer.max_tokens and trainer.max_time: give one budget, not both")
+    if t.phases and (t.max_tokens is not None or t.max_time is not None):
+        raise ConfigError("trainer.phases: each phase has its steps; give no trainer.max_tokens "
+                          "or trainer.max_time with them")
     if t.max_tokens is not None and not t.max_tokens > 0:
         raise ConfigError(f"trainer.max_tokens must be positive, got {t.max_tokens}")
     if t.max_time is not None:

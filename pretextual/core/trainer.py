@@ -23,7 +23,7 @@ from pretextual.accel import accelerate
 from pretextual.core import distributed as dist_utils
 from pretextual.core.checkpoint import (check_tokenizer, latest_checkpoint, list_checkpoints,
                                         remove_partial_checkpoints, save_checkpoint, tied_keys)
-from pretextual.core import console
+from pretextual.core import console, phases
 from pretextual.core.config import config_changes, to_yaml
 from pretextual.core.config_checks import MODEL_SIZES
 from pretextual.core.data import Batches
@@ -157,12 +157,11 @@ class Trainer:
             self.encoder_config = start_config(cfg, self.start, self.vocab.size)
         else:
             self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
-        context = BuildContext(self.encoder_config, self.vocab, cfg.data.max_seq_length,
-                               has_word_boundaries(self.tokenizer))
-        self.mix = ObjectiveMix(objectives, context)
-        self.train_batches, self.eval_batches = split_batches(
-            docs, cfg.data, self.mix, self.vocab, cfg.trainer.seed, self.log,
-            micro_per_step=cfg.trainer.grad_accum_steps * self.world.world_size)
+        self.phases = phases.plan(cfg)
+        if cfg.trainer.phases:
+            cfg.trainer.max_steps = self.phases[-1].end
+        self._objectives, self._docs = objectives, docs
+        self._use_phase(self.phases[0])
         self.task_probes = None
         if cfg.trainer.eval_tasks:  # loaded and checked now: a bad task file fails before training
             from pretextual.evaluation.probing import TaskProbes, probes_available
@@ -207,8 +206,8 @@ class Trainer:
                      f"{t.max_steps}: the learning rate rises for the whole run and peaks at "
                      f"{t.max_steps / t.warmup_steps:.0%} of trainer.lr (lower trainer.warmup_steps)")
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
-        self._eval_loader = None
         self.step = 0
+        self._apply_phase_lr()
         self.updates = 0  # optimizer steps made (a skipped batch makes none)
         self.start_step = 0  # the step train() started from: 0, or the resumed checkpoint's
         self.tokens_trained, self.train_seconds = 0, 0.0  # by train(), over all processes
@@ -238,10 +237,36 @@ class Trainer:
         self.model.zero_grad(set_to_none=True)
         return dist_utils.any_over_ranks(unused, self.world, self.device)
 
+    def _use_phase(self, phase: phases.Phase) -> None:
+        """Build the objectives and the training and held-out batches of ``phase`` (its
+        sequence length and batch size) and train with them from now on, at its peak
+        learning rate. Called for the first phase before the model exists."""
+        self.phase = phase
+        data = phases.data_config(self.cfg.data, phase)
+        context = BuildContext(self.encoder_config, self.vocab, phase.max_seq_length,
+                               has_word_boundaries(self.tokenizer))
+        self.mix = ObjectiveMix(self._objectives, context)
+        self.train_batches, self.eval_batches = split_batches(
+            self._docs, data, self.mix, self.vocab,
+            self.cfg.trainer.seed + phases.PHASE_SEED_OFFSET * phase.index, self.log,
+            micro_per_step=self.cfg.trainer.grad_accum_steps * self.world.world_size)
+        self._eval_loader = None
+        forward = getattr(self, "forward", None)
+        if forward is not None:  # the heads stay the model's; the losses are the new mix's
+            getattr(forward, "module", forward).mix = self.mix
+        if getattr(self, "scheduler", None) is not None:
+            self._apply_phase_lr()
+
+    def _apply_phase_lr(self) -> None:
+        """The schedule scales the phase's peak learning rate, from this step on."""
+        self.scheduler.base_lrs = [self.phase.lr] * len(self.optimizer.param_groups)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.phase.lr * self.scheduler.lr_lambdas[0](self.step)
+
     @property
     def global_batch_size(self) -> int:
         """Examples per optimizer step: micro-batch x world size x accumulation steps."""
-        return self.cfg.data.batch_size * self.world.world_size * self.cfg.trainer.grad_accum_steps
+        return self.phase.batch_size * self.world.world_size * self.cfg.trainer.grad_accum_steps
 
     # --- state -----------------------------------------------------------------------------
 
@@ -313,13 +338,14 @@ class Trainer:
         # Rebuilt at the checkpoint's step: its constructor sets the learning rate of that step.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, self._lr_factor, last_epoch=ckpt.meta["scheduler_last_epoch"] - 1)
+        self.step = ckpt.step
+        self._apply_phase_lr()
         self.tokens_total = int(ckpt.meta.get("tokens", 0))
         rng = tensors.get(f"rng.torch.{self.world.rank}")
         if rng is not None:
             dist_utils.set_rng_state(rng, self.device)
         else:  # a new rank after a change of world size: a fresh, seeded dropout stream
             torch.manual_seed(self.cfg.trainer.seed + 7919 * self.world.rank + ckpt.step)
-        self.step = ckpt.step
         self.updates = int(ckpt.meta.get("updates", ckpt.step))
         self.log(f"resumed from {ckpt.path} at step {self.step}")
         saved = ckpt.meta.get("config", {})
@@ -355,13 +381,14 @@ class Trainer:
                                            prefetch_factor=4 if workers else None)
 
     def train_indices(self, start_step: int = 0) -> Iterable[int]:
-        """Micro-batch ids this process reads from ``start_step`` to trainer.max_steps (on
-        and on under a token or time budget, whose end the run finds as it goes): global
-        micro-batch (s*accum + a)*world + rank."""
-        t, w = self.cfg.trainer, self.world
+        """Micro-batch ids this process reads from ``start_step`` to the end of the phase
+        (on and on under a token or time budget, whose end the run finds as it goes):
+        micro-batch (s*accum + a)*world + rank of the phase's stream, s counted from the
+        phase's first step."""
+        t, w, first = self.cfg.trainer, self.world, self.phase.start
         budget = t.max_tokens is not None or t.max_time is not None
-        steps = itertools.count(start_step) if budget else range(start_step, t.max_steps)
-        return ((s * t.grad_accum_steps + a) * w.world_size + w.rank
+        steps = itertools.count(start_step) if budget else range(start_step, self.phase.end)
+        return (((s - first) * t.grad_accum_steps + a) * w.world_size + w.rank
                 for s in steps for a in range(t.grad_accum_steps))
 
     def _to_device(self, batch):
@@ -369,6 +396,14 @@ class Trainer:
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.trainer.bf16)
+
+    def _say_phase(self) -> None:
+        """The data line of the phase beginning (its phase line too, in a run of several)."""
+        t, docs = self.cfg.trainer, self.train_batches.docs
+        if len(self.phases) > 1:
+            self.log(self.phase.describe(len(self.phases)))
+        self.log(console.data_line(len(docs), docs.num_tokens(), self.phase.end - self.phase.start,
+                                   self.global_batch_size, self.phase.max_seq_length, t.max_time))
 
     def _run_time(self) -> float:
         """Seconds since the run started, continued across resumes (metrics.jsonl's time)."""
@@ -489,14 +524,13 @@ class Trainer:
         self._time_offset = self.run_dir.start(to_yaml(self.cfg), self.tokenizer,
                                                self.cfg.trainer.overwrite_output_dir,
                                                self.step if resumed else None)
-        train_docs = self.train_batches.docs
-        self.log(console.data_line(len(train_docs), train_docs.num_tokens(), t.max_steps,
-                                   self.global_batch_size, self.cfg.data.max_seq_length,
-                                   t.max_time))
+        if phases.phase_at(self.phases, self.step) != self.phase:  # resumed in a later phase
+            self._use_phase(phases.phase_at(self.phases, self.step))
+        self._say_phase()
         weights = ", ".join(f"{s.name} ({console.schedule_text(s.schedule)})"
                             for s in self.mix.selected)
         self.log(f"objectives: {weights} | encoder {count_parameters(self.model.bert):,} parameters "
-                 f"| global batch {self.global_batch_size} = {self.cfg.data.batch_size} x "
+                 f"| global batch {self.global_batch_size} = {self.phase.batch_size} x "
                  f"{self.world.world_size} processes x {t.grad_accum_steps} accumulation "
                  f"| device {self.device}"
                  + "".join(f" | {applied}" for applied in self.accelerations))
@@ -519,6 +553,10 @@ class Trainer:
         self._time_budget = None if t.max_time is None else TimeBudget(
             parse_duration(t.max_time), self.step, self._run_time(), t.max_steps)
         while self.step < t.max_steps and not self.should_stop:
+            if self.step == self.phase.end:  # the next phase: its data from its first batch
+                self._use_phase(phases.phase_at(self.phases, self.step))
+                self._say_phase()
+                loader = iter(self.loader(self.train_batches, self.train_indices(self.step)))
             logs, tokens = self._micro_steps(loader)
             logged = None  # this step's metrics line, on the main process
             step = self.step + 1
@@ -541,7 +579,7 @@ class Trainer:
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.updates += 1
-            lr = self.scheduler.get_last_lr()[0]
+            lr = self.optimizer.param_groups[0]["lr"]  # this step's (a phase may have set it)
             self.scheduler.step()
             weights = self.mix.weights(self.step)
             self.step = step
@@ -556,6 +594,7 @@ class Trainer:
                     record = {"step": self.step, **logs,
                               **{f"weight/{k}": w for k, w in weights.items()},
                               **self.mix.option_values(self.step - 1),
+                              **({"phase": self.phase.index} if len(self.phases) > 1 else {}),
                               "lr": lr, "tokens": tokens,
                               "tokens_per_s": tokens_seen / max(now - clock, 1e-9)}
                     record.update(self._source_shares())
@@ -583,7 +622,8 @@ class Trainer:
                     if bad:
                         self.log(f"warning: step {self.step}: the evaluation gave non-finite "
                                  f"{', '.join(bad)}")
-                    record = {"step": self.step, **last_eval}
+                    record = {"step": self.step, **last_eval,
+                              **({"phase": self.phase.index} if len(self.phases) > 1 else {})}
                     self._write_metrics(record)
                     progress.write(console.eval_line(self.step, last_eval))
                     self.plugins.hook.pretextual_on_eval(
