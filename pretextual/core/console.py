@@ -28,14 +28,22 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def schedule_text(schedule: WeightSchedule) -> str:
-    """An objective's weight as the start line shows it: "weight 1", or its schedule."""
-    if schedule.schedule == "linear" and schedule.schedule_steps > 0:
-        return (f"weight {schedule.start_weight:g} -> {schedule.weight:g} linearly over steps "
-                f"0-{schedule.schedule_steps}")
-    if schedule.schedule == "step" and schedule.schedule_steps > 0:
-        return f"weight {schedule.start_weight:g} until step {schedule.schedule_steps}, then {schedule.weight:g}"
-    return f"weight {schedule.weight:g}"
+def _ramp(what: str, schedule: str, start: float, end: float, steps: int) -> str:
+    if schedule == "linear" and steps > 0:
+        return f"{what} {start:g} -> {end:g} linearly over steps 0-{steps}"
+    if schedule == "step" and steps > 0:
+        return f"{what} {start:g} until step {steps}, then {end:g}"
+    return f"{what} {end:g}"
+
+
+def schedule_text(schedule: WeightSchedule, options=None) -> str:
+    """An objective's weight as the start line shows it, "weight 1" or its schedule, and
+    the schedule of each of its scheduled options."""
+    parts = [_ramp("weight", schedule.schedule, schedule.start_weight, schedule.weight,
+                   schedule.schedule_steps)]
+    for option, s in schedule.schedules.items():
+        parts.append(_ramp(option, s.schedule, s.start, getattr(options, option), s.steps))
+    return "; ".join(parts)
 
 
 def data_line(documents: int, tokens: int, steps: int, global_batch: int, seq_len: int,

@@ -49,6 +49,7 @@ class Selected:
     name: str
     objective: Objective
     schedule: WeightSchedule
+    options: Any = None
 
 
 def check_objectives(objectives_cfg, plugins: Plugins
@@ -125,7 +126,7 @@ class ObjectiveMix:
             if schedule.schedules and objective.batch_transform is None:
                 raise ConfigError(f"objectives.{name}.schedules: {name} has no batch transform, "
                                   f"and only what a batch transform reads can follow a schedule")
-            self.selected.append(Selected(name, objective, schedule))
+            self.selected.append(Selected(name, objective, schedule, options))
         self.example_builder = self._exclusive("example_builder", _CheckedBuilder)
         self.batch_transform = self._exclusive("batch_transform", _CheckedTransform)
         for name, (spec, schedule, options) in checked.items():

@@ -527,7 +527,7 @@ class Trainer:
         if phases.phase_at(self.phases, self.step) != self.phase:  # resumed in a later phase
             self._use_phase(phases.phase_at(self.phases, self.step))
         self._say_phase()
-        weights = ", ".join(f"{s.name} ({console.schedule_text(s.schedule)})"
+        weights = ", ".join(f"{s.name} ({console.schedule_text(s.schedule, s.options)})"
                             for s in self.mix.selected)
         self.log(f"objectives: {weights} | encoder {count_parameters(self.model.bert):,} parameters "
                  f"| global batch {self.global_batch_size} = {self.phase.batch_size} x "
