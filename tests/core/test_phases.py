@@ -4,7 +4,12 @@ boundary) and resumed gives the weights of an uninterrupted one; BERT's 128-then
 recipe ships."""
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -82,3 +87,35 @@ def test_bad_phases_are_one_line(override, message):
     assert str(error.value) == message
     with pytest.raises(ConfigError, match="^trainer.phases: each phase has its steps"):
         load_config("bert", ["trainer.phases=[{steps: 5}]", "trainer.max_tokens=100"])
+
+
+def test_a_run_killed_during_phase_two_resumes_to_the_weights_of_an_uninterrupted_one(
+        corpus_file, cache_dir, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    phases = ("trainer.phases=[{steps: 6, max_seq_length: 16, batch_size: 8}, "
+              "{steps: 16, max_seq_length: 32, batch_size: 4}]")
+
+    def command(run, *extra):
+        return [sys.executable, "-m", "pretextual", "train", "bert",
+                *tiny_overrides(corpus_file, cache_dir, run, 22), phases,
+                "trainer.checkpoint_every=2", *extra]
+
+    subprocess.run(command(tmp_path / "straight"), check=True, capture_output=True, env=env,
+                   timeout=300)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(command(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=env)
+    metrics, deadline = killed / "metrics.jsonl", time.time() + 240
+    while (not metrics.exists() or sum('"phase": 1' in line and '"loss"' in line
+                                       for line in metrics.read_text().splitlines()) < 3) \
+            and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert '"step": 22' not in metrics.read_text(), "the run finished before it could be killed"
+    resumed = subprocess.run(command(killed, "--resume"), capture_output=True, text=True, env=env,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout and "phase 2/2" in resumed.stdout
+    a, b = final_weights(tmp_path / "straight"), final_weights(killed)
+    assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
