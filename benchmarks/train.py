@@ -10,6 +10,7 @@ loss as a Python float (both trainers log it every step).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 
 import torch
@@ -273,7 +274,8 @@ class Cycling:
 
 
 def _pretextual_loader(trainer, steps: int):
-    return lambda: trainer.loader(trainer.train_batches, trainer.train_indices()[:steps])
+    return lambda: trainer.loader(trainer.train_batches,
+                                  list(itertools.islice(trainer.train_indices(), steps)))
 
 
 class Stepper:

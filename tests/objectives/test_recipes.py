@@ -26,6 +26,9 @@ def test_every_loss_term_falls(recipe, story_corpus, cache_dir, tmp_path):
     overrides = tiny_overrides(story_corpus, cache_dir, tmp_path / "run", STEPS) + [
         "data.batch_size=32", "trainer.warmup_steps=20", "data.eval_fraction=0.1",
         "trainer.eval_batches=8"]
+    if load_config(recipe).trainer.phases:  # the same steps and length, in two phases
+        overrides += [f"trainer.phases.0.steps={STEPS - 100}", "trainer.phases.0.max_seq_length=32",
+                      "trainer.phases.1.steps=100", "trainer.phases.1.max_seq_length=32"]
     cfg = load_config(recipe, overrides)
     trainer = Trainer(cfg, log=lambda *_: None)
     before = trainer.evaluate()
