@@ -54,9 +54,15 @@ MB = 1 << 20
 
 # --- in memory, cached ----------------------------------------------------------------------
 
-def _cache_key(data_cfg) -> str:
-    tokenizer = (load_tokenizer(data_cfg.tokenizer, data_cfg.lowercase).to_str() if data_cfg.tokenizer
-                 else f"wordpiece:{data_cfg.vocab_size}:{data_cfg.lowercase}")
+def _cache_key(data_cfg, given: Tokenizer | None = None) -> str:
+    # A tokenizer handed in (a resumed run's, model.init_from's, a mix's shared one) has a
+    # cache entry of its own: it must never replace the entry of the one data.* would train.
+    if given is not None:
+        tokenizer = f"given:{tokenizer_sha256(given)}"
+    elif data_cfg.tokenizer:
+        tokenizer = load_tokenizer(data_cfg.tokenizer, data_cfg.lowercase).to_str()
+    else:
+        tokenizer = f"wordpiece:{data_cfg.vocab_size}:{data_cfg.lowercase}"
     return sha256(f"v{CACHE_FORMAT}:{corpus_fingerprint(data_cfg.corpus)}:{data_cfg.text_field}"
                   f"{tokenizer}".encode())[:20]
 
@@ -80,7 +86,7 @@ def tokenized_corpus(data_cfg, log=print, tokenizer: Tokenizer | None = None,
         return _tokenize(documents, data_cfg, tokenizer, f"{len(documents)} documents", log)
     if data_cfg.prepared:
         return open_prepared(data_cfg.prepared, data_cfg.tokenizer, log, data_cfg.lowercase)
-    cache = Path(os.path.expanduser(data_cfg.cache_dir)) / _cache_key(data_cfg)
+    cache = Path(os.path.expanduser(data_cfg.cache_dir)) / _cache_key(data_cfg, tokenizer)
     tokenizer_file, tokens_file = cache / "tokenizer.json", cache / "tokens.safetensors"
     if tokenizer_file.is_file() and tokens_file.is_file():
         try:

@@ -515,12 +515,12 @@ class Trainer:
         resumed = self.resume() if self.resuming else False
         if self.resuming and not resumed:
             self.log(f"no checkpoint in {self.run_dir.checkpoints}; starting from scratch")
+        self.start_step = self.step
         if resumed and self.step >= t.max_steps:  # the run directory stays as it is
             self.log(f"nothing to train: the checkpoint is at step {self.step} and "
                      f"trainer.max_steps={t.max_steps} (raise trainer.max_steps to train on; "
                      f"`pretextual export` exports it)")
             return {}
-        self.start_step = self.step
         self._time_offset = self.run_dir.start(to_yaml(self.cfg), self.tokenizer,
                                                self.cfg.trainer.overwrite_output_dir,
                                                self.step if resumed else None)
