@@ -131,7 +131,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def onnx_inference(ws: Workspace, report: Report) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from pretextual.core.encoder import BertModel
+    from pretextual.architectures.bert import BertModel
     from pretextual.core.trainer import encoder_config
     from pretextual.exporters.onnx import export_graph, quiet
 

@@ -26,7 +26,7 @@ from benchmarks.timing import interleave
 from benchmarks.workloads import Workspace, hf_tokenizer, word_starts_of
 from pretextual.core.data import collate, full_sentences
 from pretextual.core.documents import TokenizedDocuments
-from pretextual.core.encoder import EncoderConfig
+from pretextual.architectures.bert import BertConfig
 from pretextual.plugins.api import BuildContext
 
 
@@ -94,7 +94,7 @@ def masking(ws: Workspace, report: Report) -> None:
 
     s, vocab = ws.sizes, ws.vocab
     tokenizer = hf_tokenizer(ws.tokenizer, vocab)
-    context = BuildContext(EncoderConfig(vocab_size=vocab.size), vocab, s.seq, True)
+    context = BuildContext(BertConfig(vocab_size=vocab.size), vocab, s.seq, True)
     transforms = {"mlm": mlm.build(mlm.MLMOptions(), context).batch_transform,
                   "wwm": wwm.build(mlm.MLMOptions(), context).batch_transform}
     collators = {"mlm": DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15),

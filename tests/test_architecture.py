@@ -11,11 +11,12 @@ import sys
 import typing
 from pathlib import Path
 
+import pytest
 import torch
 
 import pretextual
 from pretextual.core.config import WeightSchedule
-from pretextual.core.encoder import BertModel, EncoderConfig
+from pretextual.architectures import architecture, sized_config
 from pretextual.plugins import api
 
 PACKAGE = Path(pretextual.__file__).resolve().parent
@@ -100,17 +101,24 @@ def protocol_members(protocol: type) -> set[str]:
             if not name.startswith("_")}
 
 
-def test_the_core_encoder_is_what_the_surface_promises():
-    config = EncoderConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
-                           num_attention_heads=2, intermediate_size=16)
-    model = BertModel(config)
-    fields = {f.name for f in dataclasses.fields(EncoderConfig)}
-    assert protocol_members(api.EncoderConfigLike) == fields | {"to_dict"}
+@pytest.mark.parametrize("name", ["bert", "modernbert"])
+def test_each_built_in_encoder_is_what_the_surface_promises(name):
+    spec = architecture(name)
+    config = sized_config(spec, "tiny", {"hidden_size": 8, "num_attention_heads": 2}, {},
+                          vocab_size=50)
+    model = spec.model(config)
+    fields = {f.name for f in dataclasses.fields(spec.config)} | {"architecture"}
+    assert protocol_members(api.EncoderConfigLike) <= fields | {"to_dict", "num_parameters"}
+    assert config.architecture == name
+    assert config.num_parameters() == sum(p.numel() for p in model.parameters())
     assert protocol_members(api.Encoder) <= set(dir(model))
-    assert model.get_input_embeddings() is model.embeddings.word_embeddings
+    assert isinstance(model.get_input_embeddings(), torch.nn.Embedding)
+    assert model.get_input_embeddings().weight.shape == (50, 8)
+    assert isinstance(model.new_prediction_head()(torch.zeros(1, 8)), torch.Tensor)
     ids = torch.ones(2, 3, dtype=torch.long)
     out = model(ids, torch.ones_like(ids), torch.zeros_like(ids))
     assert protocol_members(api.EncoderOutputLike) <= set(dir(out))
+    assert out.pooler_output.shape == (2, 8)
 
 
 def test_the_core_imports_neither_analysis_nor_exporters():

@@ -109,7 +109,7 @@ def _local_model(trainer):
         return trainer.model, trainer.device
     from pretextual.core.checkpoint import latest_checkpoint
     from pretextual.core.mix import PretrainingModel
-    model = PretrainingModel(trainer.encoder_config, trainer.mix.heads)
+    model = PretrainingModel(trainer.architecture.model(trainer.encoder_config), trainer.mix.heads)
     model.load_state_dict(latest_checkpoint(trainer.out / "checkpoints").model_state())
     return model, torch.device("cpu")
 

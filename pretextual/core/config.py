@@ -23,20 +23,22 @@ from pretextual.plugins.api import SCHEDULE_KEYS  # WeightSchedule's fields (tes
 
 @dataclass
 class ModelConfig:
+    architecture: str = "bert"
+    """The encoder, by registered name: bert (post-LN BERT) or modernbert (pre-LN, rotary, GeGLU, local/global attention), or one a plugin registers."""
     preset: str = "tiny"
-    """Named size: tiny (2x128), mini (4x256), small (4x512), medium (8x512), base (12x768), large (24x1024)."""
+    """Named size: for bert tiny (2x128), mini (4x256), small (4x512), medium (8x512), base (12x768), large (24x1024); for modernbert tiny (3x128), mini (6x256), small (6x512), medium (12x512), base (22x768, the paper's), large (28x1024)."""
     num_hidden_layers: Optional[int] = None
     """Overrides the preset's number of layers."""
     hidden_size: Optional[int] = None
-    """Overrides the preset's hidden size (intermediate_size follows as 4x unless set)."""
+    """Overrides the preset's hidden size (intermediate_size follows as 4x, 1.5x for modernbert, unless set)."""
     num_attention_heads: Optional[int] = None
     """Overrides the preset's number of attention heads."""
     intermediate_size: Optional[int] = None
     """Overrides the feed-forward size."""
-    hidden_dropout_prob: float = 0.1
-    """Dropout after embeddings and each sub-layer."""
-    attention_probs_dropout_prob: float = 0.1
-    """Dropout on attention probabilities."""
+    hidden_dropout_prob: Optional[float] = None
+    """Dropout after embeddings and each sub-layer; unset: the architecture's (0.1 for bert, 0 for modernbert)."""
+    attention_probs_dropout_prob: Optional[float] = None
+    """Dropout on attention probabilities (modernbert: on the attention output too); unset: the architecture's (0.1 for bert, 0 for modernbert)."""
     max_position_embeddings: int = 512
     """Size of the position table (at least data.max_seq_length)."""
     init_from: Optional[str] = None
@@ -75,6 +77,8 @@ class DataConfig:
     """Lower-case text in the trained tokenizer (as bert-base-uncased)."""
     max_seq_length: int = 64
     """Tokens per example, [CLS] and [SEP] included."""
+    document_attention: Optional[bool] = None
+    """In examples packed from several documents, each token attends only within its own document and positions restart at each; unset: on for modernbert, off for bert (an objective that builds its own examples, as nsp and sop do, is not packed)."""
     batch_size: int = 64
     """Examples per micro-batch."""
     eval_fraction: float = 0.05

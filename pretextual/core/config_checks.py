@@ -11,11 +11,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pretextual.core.encoder import PRESETS, preset_config
-from pretextual.errors import ConfigError
-
-MODEL_SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
-"""The model.* keys that override the preset's sizes."""
+from pretextual.architectures import SIZES as MODEL_SIZES
+from pretextual.architectures import architecture, sized_config
+from pretextual.errors import ConfigError, PluginError
 NO_OBJECTIVE = "objectives: no objective selected (e.g. objectives.mlm.weight=1)"
 WANDB_MODES = ("online", "offline", "disabled")
 """What trainer.wandb_mode may be: the modes of wandb.init."""
@@ -24,8 +22,10 @@ WANDB_MODES = ("online", "offline", "disabled")
 def validate(cfg: DictConfig) -> None:
     """Checks that span several keys or that the types cannot express."""
     m, d, t = cfg.model, cfg.data, cfg.trainer
-    if m.preset not in PRESETS:
-        raise ConfigError(f"model.preset: unknown preset {m.preset!r} (known: {', '.join(PRESETS)})")
+    spec = model_architecture(cfg)
+    if m.preset not in spec.presets:
+        raise ConfigError(f"model.preset: {m.architecture} has no preset {m.preset!r} "
+                          f"(known: {', '.join(spec.presets)})")
     # The model sizes may be unset (None): the preset then gives them.
     sizes = {f"model.{key}": m[key] for key in MODEL_SIZES if m[key] is not None}
     positive = {**sizes, "data.max_seq_length": d.max_seq_length, "data.batch_size": d.batch_size,
@@ -38,8 +38,8 @@ def validate(cfg: DictConfig) -> None:
     not_negative = {"trainer.lr": t.lr, "trainer.eval_every": t.eval_every,
                     "data.num_workers": d.num_workers or 0, "trainer.warmup_steps": t.warmup_steps,
                     "trainer.max_grad_norm": t.max_grad_norm, "trainer.weight_decay": t.weight_decay}
-    below_one = {"model.hidden_dropout_prob": m.hidden_dropout_prob,
-                 "model.attention_probs_dropout_prob": m.attention_probs_dropout_prob,
+    below_one = {**{f"model.{k}": m[k] for k in ("hidden_dropout_prob", "attention_probs_dropout_prob")
+                    if m[k] is not None},
                  "trainer.adam_beta1": t.adam_beta1, "trainer.adam_beta2": t.adam_beta2,
                  "data.eval_fraction": d.eval_fraction}
     for key, value in {**positive, **not_negative}.items():
@@ -55,7 +55,7 @@ def validate(cfg: DictConfig) -> None:
     for key, value in below_one.items():
         if not 0.0 <= value < 1.0:
             raise ConfigError(f"{key} must be in [0, 1), got {value}")
-    hidden, heads = (_size(m, key) for key in ("hidden_size", "num_attention_heads"))
+    hidden, heads = (_size(m, spec, key) for key in ("hidden_size", "num_attention_heads"))
     if hidden[0] % heads[0]:
         raise ConfigError(f"model.hidden_size ({hidden[1]}) must be a multiple of "
                           f"model.num_attention_heads ({heads[1]})")
@@ -81,7 +81,7 @@ def validate(cfg: DictConfig) -> None:
     from pretextual.core.phases import plan
     plan(cfg)  # each phase's keys
     check_sources(d)
-    _check_fits_in_memory(cfg)
+    _check_fits_in_memory(cfg, spec)
     if not cfg.objectives:
         raise ConfigError(NO_OBJECTIVE)
 
@@ -102,15 +102,23 @@ def _memory(device: str) -> tuple[int, str]:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's"
 
 
-def _check_fits_in_memory(cfg: DictConfig) -> None:
+def model_architecture(cfg: DictConfig):
+    """The registered architecture model.architecture names (the run's plugins.modules
+    included); ConfigError listing the known ones otherwise."""
+    modules = tuple((cfg.get("plugins") or {}).get("modules") or ())
+    try:
+        return architecture(cfg.model.architecture, modules=modules)
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check_fits_in_memory(cfg: DictConfig, spec) -> None:
     """ConfigError naming the model sizes when the encoder and MLM head could not even be
     trained in the device's memory: an estimate from the sizes, a lower bound (no
     activations), so it never refuses a model that fits."""
     m, d = cfg.model, cfg.data
-    sizes = {key: _size(m, key)[0] for key in MODEL_SIZES if key != "intermediate_size"}
-    intermediate = m.intermediate_size or 4 * sizes["hidden_size"]
-    config = preset_config(m.preset, **sizes, intermediate_size=intermediate,
-                           vocab_size=d.vocab_size, max_position_embeddings=m.max_position_embeddings)
+    config = sized_config(spec, m.preset, {k: m[k] for k in MODEL_SIZES}, {},
+                          vocab_size=d.vocab_size, max_position_embeddings=m.max_position_embeddings)
     h = config.hidden_size
     parameters = config.num_parameters() + h * h + 3 * h + d.vocab_size  # + the MLM head
     need = parameters * TRAINING_BYTES_PER_PARAMETER
@@ -124,11 +132,11 @@ def _check_fits_in_memory(cfg: DictConfig) -> None:
                           f"{where} {have / 2**30:,.0f} GiB of memory")
 
 
-def _size(model: DictConfig, key: str) -> tuple[int, str]:
+def _size(model: DictConfig, spec, key: str) -> tuple[int, str]:
     """model.<key> as the encoder gets it (set, else the preset's), and as a message shows it."""
     if model[key] is not None:
         return model[key], str(model[key])
-    value = getattr(preset_config(model.preset), key)
+    value = spec.presets[model.preset][key]
     return value, f"{value}, from model.preset={model.preset}"
 
 

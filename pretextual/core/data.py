@@ -54,23 +54,32 @@ def truncate_seq_pair(a: list, b: list, max_tokens: int, rng: np.random.Generato
             longer.pop()
 
 
-def full_sentences(max_seq_length: int, vocab: Vocab) -> ExampleBuilder:
+def full_sentences(max_seq_length: int, vocab: Vocab, document_ids: bool = False) -> ExampleBuilder:
     """The default builder (RoBERTa's FULL-SENTENCES): contiguous sentences packed
     up to the sequence length, crossing document boundaries with an extra [SEP].
-    A sentence longer than the sequence length is cut into pieces."""
+    A sentence longer than the sequence length is cut into pieces. With
+    ``document_ids``, each example also numbers its tokens' documents from 1 ([CLS]
+    belongs to the first, each [SEP] to the document it ends), for attention that stays
+    within a document."""
     max_tokens = max_seq_length - 2
 
     def build(docs: TokenizedDocuments, rng: np.random.Generator) -> list[Example]:
         examples: list[Example] = []
         ids: list[np.ndarray] = []
         starts: list[np.ndarray] = []
+        owners: list[int] = []  # the document number of each piece in ids
         size = 0
 
         def flush():
-            nonlocal ids, starts, size
+            nonlocal ids, starts, owners, size
             if size:
-                examples.append(single_segment(np.concatenate(ids), np.concatenate(starts), vocab))
-            ids, starts, size = [], [], 0
+                example = single_segment(np.concatenate(ids), np.concatenate(starts), vocab)
+                if document_ids:
+                    within = np.repeat(owners, [len(piece) for piece in ids])
+                    example["document_ids"] = np.concatenate(
+                        [[1], within, [within[-1] if len(within) else 1]]).astype(np.int64)
+                examples.append(example)
+            ids, starts, owners, size = [], [], [], 0
 
         for doc in rng.permutation(len(docs)):
             if size:  # document boundary inside an example
@@ -79,15 +88,19 @@ def full_sentences(max_seq_length: int, vocab: Vocab) -> ExampleBuilder:
                 else:
                     ids.append(np.array([vocab.sep_id], np.int32))
                     starts.append(np.ones(1, np.uint8))
+                    owners.append(owners[-1])
                     size += 1
+            number = owners[-1] + 1 if owners else 1
             for index in range(docs.num_sentences(doc)):
                 tokens, word_starts = docs.sentence(doc, index)
                 for at in range(0, max(len(tokens), 1), max_tokens):
                     piece, piece_starts = tokens[at:at + max_tokens], word_starts[at:at + max_tokens]
                     if size + len(piece) > max_tokens:
                         flush()
+                        number = 1
                     ids.append(piece)
                     starts.append(piece_starts)
+                    owners.append(number)
                     size += len(piece)
         flush()
         return examples

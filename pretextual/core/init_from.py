@@ -13,13 +13,15 @@ import torch
 from omegaconf import DictConfig
 from tokenizers import Tokenizer
 
+from pretextual.architectures import architecture
 from pretextual.core.config_checks import MODEL_SIZES
-from pretextual.core.encoder import EncoderConfig
 from pretextual.errors import ConfigError
 from pretextual.plugins.api import ExportedModel
 
 DEFAULT_POSITIONS = 512
 """model.max_position_embeddings's default: a value other than it is the user's own."""
+DEFAULT_ARCHITECTURE = "bert"
+"""model.architecture's default: a value other than it is the user's own."""
 
 
 def start_tokenizer(start: ExportedModel) -> Tokenizer:
@@ -30,12 +32,16 @@ def start_tokenizer(start: ExportedModel) -> Tokenizer:
     return tokenizer
 
 
-def start_config(cfg: DictConfig, start: ExportedModel, vocab_size: int) -> EncoderConfig:
-    """The encoder config of the run: the checkpoint's sizes with the config's dropouts. A
-    model.* size the config sets to another value than the checkpoint's, or a
-    data.tokenizer of another vocabulary size, is a ConfigError."""
+def start_config(cfg: DictConfig, start: ExportedModel, vocab_size: int, plugins=None):
+    """The encoder config of the run: the checkpoint's architecture and sizes with the
+    config's dropouts (those it sets). A model.architecture or model.* size the config sets
+    to another value than the checkpoint's, or a data.tokenizer of another vocabulary size,
+    is a ConfigError."""
     theirs = start.encoder.config
     m = cfg.model
+    if m.architecture not in (DEFAULT_ARCHITECTURE, theirs.architecture):
+        raise ConfigError(f"model.architecture={m.architecture}: model.init_from={m.init_from} "
+                          f"is a {theirs.architecture} encoder; leave model.architecture unset")
     if vocab_size != theirs.vocab_size:
         raise ConfigError(f"data.tokenizer={cfg.data.tokenizer}: has {vocab_size} tokens, but "
                           f"the encoder of model.init_from={m.init_from} has {theirs.vocab_size}")
@@ -51,8 +57,10 @@ def start_config(cfg: DictConfig, start: ExportedModel, vocab_size: int) -> Enco
         raise ConfigError(f"data.max_seq_length ({cfg.data.max_seq_length}) exceeds the "
                           f"max_position_embeddings ({theirs.max_position_embeddings}) of "
                           f"model.init_from={m.init_from}")
-    return dataclasses.replace(theirs, hidden_dropout_prob=m.hidden_dropout_prob,
-                               attention_probs_dropout_prob=m.attention_probs_dropout_prob)
+    spec = architecture(theirs.architecture, plugins)
+    dropouts = {field: m[key] for key, fields in spec.dropouts.items() for field in fields
+                if m[key] is not None}
+    return dataclasses.replace(theirs, **dropouts)
 
 
 @torch.no_grad()

@@ -18,23 +18,26 @@ from torch import nn
 
 from pretextual.core.config import WeightSchedule, objective_options
 from pretextual.core.config_checks import NO_OBJECTIVE
-from pretextual.core.encoder import BertModel, EncoderConfig
 from pretextual.errors import ConfigError, PluginError, PluginRunError, plugin_call
 from pretextual.plugins.api import (PARTS, Batch, BuildContext, HeadFactory, Objective,
                                     ObjectiveOutput, ObjectiveSpec, StepInputs)
 from pretextual.plugins.manager import NAME, Plugins
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+DOCUMENT_IDS = "document_ids"
+"""The batch key of each token's document in a packed example, which the encoder reads
+under data.document_attention."""
 WHAT_PARTS_DO = {"example_builder": "build examples from documents",
                  "batch_transform": "corrupt the batch"}
 
 
 class PretrainingModel(nn.Module):
-    """The shared encoder (``bert``, Hugging Face's key prefix) and the heads, by name."""
+    """The shared encoder and the heads, by name. The encoder is ``bert`` whatever its
+    architecture: the key prefix of every checkpoint's encoder tensors."""
 
-    def __init__(self, encoder_config: EncoderConfig, heads: dict[str, HeadFactory]):
+    def __init__(self, encoder: nn.Module, heads: dict[str, HeadFactory]):
         super().__init__()
-        self.bert = BertModel(encoder_config)
+        self.bert = encoder
         self.heads = nn.ModuleDict()
         for name, factory in heads.items():
             head = plugin_call(f"head {name!r}", "its factory", factory, self.bert)
@@ -181,7 +184,7 @@ class ObjectiveMix:
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Forward once through the encoder, then every objective; returns the
         weighted total and the per-term values and metrics (as tensors)."""
-        model_batch = {k: batch[k] for k in MODEL_INPUTS}
+        model_batch = {k: batch[k] for k in (*MODEL_INPUTS, DOCUMENT_IDS) if k in batch}
         output = model.bert(**model_batch)
         inputs = StepInputs(batch=batch, encoder_output=output, heads=model.heads, encoder=model.bert)
         weights = self.weights(step)

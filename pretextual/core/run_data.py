@@ -77,7 +77,8 @@ def split_batches(docs, data: DictConfig, mix: ObjectiveMix, vocab, seed: int,
     data or a plugin's builder or transform that breaks the batch fails before any step,
     naming the split. ``micro_per_step``: micro-batches per optimizer step (the steps
     scheduled objective options follow)."""
-    builder = mix.example_builder or full_sentences(data.max_seq_length, vocab)
+    builder = mix.example_builder or full_sentences(data.max_seq_length, vocab,
+                                                    bool(data.document_attention))
     parts = docs if data.sources else [Source("", None, docs)]
     trains, held_out_docs = [], []
     for i, part in enumerate(parts):

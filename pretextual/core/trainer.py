@@ -27,7 +27,8 @@ from pretextual.core import console, phases
 from pretextual.core.config import config_changes, to_yaml
 from pretextual.core.config_checks import MODEL_SIZES
 from pretextual.core.data import Batches
-from pretextual.core.encoder import EncoderConfig, count_parameters, preset_config
+from pretextual.architectures import architecture, sized_config, transformer_layers
+from pretextual.architectures.common import count_parameters
 from pretextual.core.mix import (ObjectiveMix, PretrainingModel, check_objectives,
                                  resolved_objectives)
 from pretextual.core.budget import TimeBudget, parse_duration, steps_for_tokens, tokens_per_step
@@ -49,17 +50,15 @@ DEVICE_WORKERS = 4
 """DataLoader workers of a run on a GPU when data.num_workers is unset."""
 
 
-def encoder_config(cfg: DictConfig, vocab_size: int, pad_token_id: int) -> EncoderConfig:
-    """The encoder's sizes: the preset, with any model.* key that is set overriding it."""
+def encoder_config(cfg: DictConfig, vocab_size: int, pad_token_id: int, plugins=None):
+    """The encoder's config: the architecture's preset, with any model.* key that is set
+    overriding it (checked by config.validate: positive, hidden a multiple of heads)."""
     m = cfg.model
-    overrides = {k: m[k] for k in MODEL_SIZES if m[k] is not None}
-    if m.hidden_size is not None and m.intermediate_size is None:
-        overrides["intermediate_size"] = 4 * m.hidden_size
-    # The sizes were checked by config.validate (positive, hidden a multiple of heads).
-    return preset_config(m.preset, vocab_size=vocab_size, pad_token_id=pad_token_id,
-                         hidden_dropout_prob=m.hidden_dropout_prob,
-                         attention_probs_dropout_prob=m.attention_probs_dropout_prob,
-                         max_position_embeddings=m.max_position_embeddings, **overrides)
+    spec = architecture(m.architecture, plugins)
+    return sized_config(spec, m.preset, {k: m[k] for k in MODEL_SIZES},
+                        {k: m[k] for k in ("hidden_dropout_prob", "attention_probs_dropout_prob")},
+                        vocab_size=vocab_size, pad_token_id=pad_token_id,
+                        max_position_embeddings=m.max_position_embeddings)
 
 
 def _export_formats(formats: str | None, plugins: Plugins) -> list[str]:
@@ -154,9 +153,13 @@ class Trainer:
                                           source, documents)
         self.vocab = vocab_of(self.tokenizer)  # every tokenizer read from a file was checked there
         if self.start is not None:
-            self.encoder_config = start_config(cfg, self.start, self.vocab.size)
+            self.encoder_config = start_config(cfg, self.start, self.vocab.size, self.plugins)
         else:
-            self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id)
+            self.encoder_config = encoder_config(cfg, self.vocab.size, self.vocab.pad_id, self.plugins)
+        self.architecture = self.plugins.architecture(self.encoder_config.architecture)
+        cfg.model.architecture = self.architecture.name  # init_from's, when it set it
+        if cfg.data.document_attention is None:  # recorded in config.yaml as the run used it
+            cfg.data.document_attention = self.architecture.document_attention
         self.phases = phases.plan(cfg)
         if cfg.trainer.phases:
             cfg.trainer.max_steps = self.phases[-1].end
@@ -173,7 +176,7 @@ class Trainer:
                          "'pretextual[eval]'); this run probes no downstream task")
 
         torch.manual_seed(cfg.trainer.seed)
-        self.model = PretrainingModel(self.encoder_config, self.mix.heads)
+        self.model = PretrainingModel(self.architecture.model(self.encoder_config), self.mix.heads)
         if self.start is not None and not resumed_run:  # a resume loads its own checkpoint
             load_weights(self.model, self.start, cfg.model.init_from, self.log)
         self.start = None  # its tensors are copied; let them go
@@ -183,7 +186,7 @@ class Trainer:
         if cfg.trainer.fsdp and self.world.enabled:
             # FSDP2: each layer's parameters, gradients and optimizer state sharded over ranks.
             from torch.distributed.fsdp import fully_shard
-            for layer in self.model.bert.encoder.layer:
+            for layer in transformer_layers(self.model.bert):
                 fully_shard(layer)
             fully_shard(self.forward)
         elif self.world.enabled:
@@ -272,6 +275,7 @@ class Trainer:
 
     def _meta(self) -> dict:
         return {"pretextual_version": pretextual.__version__,
+                "architecture": self.architecture.name,
                 "encoder_config": self.encoder_config.to_dict(),
                 "objectives": self.mix.names, "heads": sorted(self.mix.heads),
                 "scheduler_last_epoch": self.scheduler.last_epoch,
@@ -317,6 +321,10 @@ class Trainer:
                                       f"checkpoints verifies (see the warnings above); nothing "
                                       f"was deleted")
             return False
+        theirs = ckpt.meta.get("architecture", "bert")  # written before there was a choice
+        if theirs != self.architecture.name:
+            raise CheckpointError(f"{ckpt.path}: was written for model.architecture={theirs}, "
+                                  f"not {self.architecture.name}")
         if ckpt.meta["encoder_config"] != self.encoder_config.to_dict():
             raise CheckpointError(f"{ckpt.path}: was written for a different model "
                                   f"({ckpt.meta['encoder_config']}); check model.* and data.*")

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 from tokenizers import Tokenizer
 
-from pretextual.core.encoder import BertModel
+from pretextual.architectures import build_encoder
 from pretextual.core.tokenizer import tokenizer_sha256, vocab_of
 from pretextual.errors import EvaluationError
 from pretextual.exporters.hf import with_post_processor
@@ -23,19 +24,20 @@ not record the seed of their run."""
 
 @dataclass
 class Encoder:
-    """One model to evaluate: a BertModel (eval mode, CPU, float32), the tokenizer that
+    """One model to evaluate: an encoder of any architecture (eval mode, CPU, float32), the tokenizer that
     frames its inputs as in training ([CLS] A [SEP] B [SEP]), the longest input it was
     trained on, and the seed its run initialised it with."""
 
     name: str
-    model: BertModel
+    model: nn.Module
     tokenizer: Tokenizer
     max_length: int
     init_seed: int
 
     def key(self) -> tuple:
         """What makes two encoders' untrained twins the same model."""
-        return (tuple(sorted(self.model.config.to_dict().items())), self.init_seed,
+        config = self.model.config
+        return (config.architecture, tuple(sorted(config.to_dict().items())), self.init_seed,
                 tokenizer_sha256(self.tokenizer), self.max_length)
 
 
@@ -58,7 +60,7 @@ def load_encoder(path: str) -> Encoder:
 
 def untrained_twin(encoder: Encoder) -> Encoder:
     """The same architecture, tokenizer and length, with the weights its run started
-    from: BertModel initialised right after ``torch.manual_seed(init_seed)``, as the
+    from: the encoder initialised right after ``torch.manual_seed(init_seed)``, as the
     trainer builds it (the global RNG is left as it was)."""
     return Encoder(name=f"untrained (seed {encoder.init_seed})",
                    model=initial_encoder(encoder.model.config, encoder.init_seed),
@@ -66,11 +68,11 @@ def untrained_twin(encoder: Encoder) -> Encoder:
                    init_seed=encoder.init_seed)
 
 
-def initial_encoder(config, seed: int) -> BertModel:
-    """The BertModel a run with ``trainer.seed=seed`` starts from (eval mode, frozen)."""
+def initial_encoder(config, seed: int) -> nn.Module:
+    """The encoder a run with ``trainer.seed=seed`` starts from (eval mode, frozen)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = BertModel(copy.deepcopy(config))
+        model = build_encoder(copy.deepcopy(config))
     return model.eval().requires_grad_(False)
 
 
@@ -119,7 +121,7 @@ def length_batches(tokenized: Tokenized, rows: np.ndarray, batch_size: int) -> l
 
 
 @torch.no_grad()
-def features(model: BertModel, tokenized: Tokenized, device: torch.device,
+def features(model: nn.Module, tokenized: Tokenized, device: torch.device,
              batch_size: int = 64) -> np.ndarray:
     """[n, 2 * hidden] frozen features of every example: the [CLS] hidden state and the
     mean of the hidden states over its tokens (float64, on the host)."""

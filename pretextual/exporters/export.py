@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 from safetensors import SafetensorError
 
 from pretextual.core.files import atomic_directory, write_error_reason
+from pretextual.core.tokenizer import vocab_of
 from pretextual.errors import PluginError, PluginRunError, PretextualError, plugin_call
 from pretextual.exporters.hf import architecture, config_json, hf_counterpart, write_tokenizer
 from pretextual.exporters.load import CONFIG_FILE
@@ -146,7 +147,8 @@ def write_common_files(model: ExportedModel, out_dir: Path, with_heads: bool) ->
     """config.json and the tokenizer files, which every format's consumers read;
     the tokenizer's model_max_length is the trained sequence length."""
     hf_heads = {name for name, t in model.heads.items() if hf_counterpart(name, t, model.config)}
-    config = config_json(model.config, architecture(hf_heads if with_heads else set()))
+    config = config_json(model.config, architecture(model.config, hf_heads if with_heads else set()),
+                         vocab_of(model.tokenizer))
     (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2), encoding="utf-8")
     return [CONFIG_FILE, *write_tokenizer(model.tokenizer, model.max_seq_length, out_dir)]
 

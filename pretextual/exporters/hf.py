@@ -1,10 +1,12 @@
-"""Hugging Face's names: config.json, the pretraining heads' keys, the tokenizer files.
+"""Hugging Face's names: config.json, the encoder's and the pretraining heads' keys, the
+tokenizer files, for each architecture transformers has a native class of.
 
-pretextual's encoder already uses BertModel's parameter names, so only the
-heads are renamed: a head whose tensors are exactly those of Hugging Face's
-BertLMPredictionHead becomes ``cls.predictions.*``, a 2-way classifier named
-"nsp" becomes ``cls.seq_relationship.*``. Any other head (SOP, a third-party
-head) has no Hugging Face counterpart and keeps its own name.
+pretextual's encoders already use transformers' parameter names (BertModel's,
+ModernBertModel's), so only the heads are renamed: a head whose tensors are exactly
+those of the architecture's transformers head of that role becomes its keys (BERT's
+``cls.predictions.*`` and ``cls.seq_relationship.*``; ModernBERT's ``head.*`` and
+``decoder.bias``). Any other head (SOP, a third-party head) has no Hugging Face
+counterpart and keeps its own name.
 """
 
 from __future__ import annotations
@@ -12,68 +14,155 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from tokenizers import Tokenizer, processors
 
-from pretextual.core.encoder import EncoderConfig
+from pretextual.architectures.bert import BertConfig
+from pretextual.architectures.modernbert import ModernBertConfig
 from pretextual.core.tokenizer import vocab_of
 from pretextual.errors import PretextualError
+from pretextual.plugins.api import Vocab
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-ENCODER_PREFIX = "bert."  # Hugging Face's base_model_prefix, used when heads are written
 MODEL_INPUT_NAMES = ["input_ids", "token_type_ids", "attention_mask"]
 """What the exported tokenizer returns: BERT's inputs, the ONNX model's (all three required)."""
 
-# Head name -> (Hugging Face prefix, shape of each tensor as a function of (hidden, vocab)).
-HF_HEADS = {
-    "mlm": ("cls.predictions.", {
-        "bias": lambda h, v: (v,),
-        "transform.dense.weight": lambda h, v: (h, h),
-        "transform.dense.bias": lambda h, v: (h,),
-        "transform.LayerNorm.weight": lambda h, v: (h,),
-        "transform.LayerNorm.bias": lambda h, v: (h,),
-    }),
-    "nsp": ("cls.seq_relationship.", {
-        "weight": lambda h, v: (2, h),
-        "bias": lambda h, v: (2,),
-    }),
-}
+Shape = Callable[[int, int], tuple[int, ...]]  # (hidden, vocab) -> a tensor's shape
 
 
-def hf_counterpart(name: str, tensors: dict[str, torch.Tensor], config: EncoderConfig) -> str | None:
-    """The Hugging Face prefix of head ``name``, or None when its tensors are not exactly
-    those of the Hugging Face head of that role (a same-named head of another shape)."""
-    if name not in HF_HEADS:
-        return None
-    prefix, shapes = HF_HEADS[name]
-    expected = {k: f(config.hidden_size, config.vocab_size) for k, f in shapes.items()}
-    found = {k: tuple(t.shape) for k, t in tensors.items()}
-    return prefix if found == expected else None
+@dataclass(frozen=True)
+class Layout:
+    """How transformers saves one architecture: config.json's model_type, the encoder's
+    key prefix in a model saved with heads (its base_model_prefix), each pretraining
+    head's keys (pretextual's key -> transformers' key and shape), the keys it ties to
+    the word embeddings (which a file may hold and nothing reads), and the class saved
+    with a given set of heads."""
+
+    model_type: str
+    config: type
+    prefix: str
+    heads: dict[str, dict[str, tuple[str, Shape]]]
+    tied: tuple[str, ...]
+    classes: Callable[[set[str]], str]
+    config_json: Callable[[Any, Vocab], dict]
+    config_fields: Callable[[dict], dict]
 
 
-def architecture(hf_heads: set[str]) -> str:
-    """The Hugging Face class a checkpoint with these heads is saved from."""
+def _bert_class(hf_heads: set[str]) -> str:
     if "nsp" in hf_heads:
         return "BertForPreTraining" if "mlm" in hf_heads else "BertForNextSentencePrediction"
     return "BertForMaskedLM" if "mlm" in hf_heads else "BertModel"
 
 
-def config_json(config: EncoderConfig, architecture_name: str) -> dict:
-    """config.json for transformers: model_type "bert" and the BertConfig fields."""
-    return {"architectures": [architecture_name], "model_type": "bert", **config.to_dict(),
-            "position_embedding_type": "absolute", "classifier_dropout": None,
-            "tie_word_embeddings": True, "dtype": "float32"}
+def _bert_json(config: BertConfig, vocab: Vocab) -> dict:
+    return {**config.to_dict(), "position_embedding_type": "absolute", "classifier_dropout": None}
 
 
-def encoder_config_from_json(data: dict) -> EncoderConfig:
-    """The EncoderConfig of a config.json (keys EncoderConfig lacks are ignored);
-    raises KeyError/TypeError/ValueError for a config that is not BERT's."""
-    if data.get("model_type") != "bert":
-        raise ValueError(f"model_type is {data.get('model_type')!r}, not 'bert'")
-    names = {f.name for f in dataclasses.fields(EncoderConfig)}
-    return EncoderConfig(**{k: v for k, v in data.items() if k in names})
+def _modernbert_json(config: ModernBertConfig, vocab: Vocab) -> dict:
+    # transformers 5 reads the layer pattern and rotary bases from layer_types and
+    # rope_parameters; the older fields stay for transformers 4.
+    layer_types = ["full_attention" if config.is_global(i) else "sliding_attention"
+                   for i in range(config.num_hidden_layers)]
+    rope = {"full_attention": {"rope_type": "default", "rope_theta": config.global_rope_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": config.local_rope_theta}}
+    return {**config.to_dict(), "layer_types": layer_types, "rope_parameters": rope,
+            "cls_token_id": vocab.cls_id, "sep_token_id": vocab.sep_id, "bos_token_id": vocab.cls_id,
+            "eos_token_id": vocab.sep_id, "classifier_pooling": "cls", "classifier_bias": False,
+            "classifier_activation": "gelu", "classifier_dropout": 0.0, "sparse_prediction": False}
+
+
+def _modernbert_fields(data: dict) -> dict:
+    """ModernBertConfig's fields of a transformers 5 config.json (layer_types and
+    rope_parameters) or a transformers 4 one (the fields themselves)."""
+    data = dict(data)
+    rope = data.get("rope_parameters") or {}
+    for kind, field in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
+        if (rope.get(kind) or {}).get("rope_theta") is not None:
+            data.setdefault(field, rope[kind]["rope_theta"])
+    types = data.get("layer_types")
+    if types:
+        every = next((i for i, t in enumerate(types) if t == "full_attention" and i), len(types))
+        expected = ["full_attention" if i % every == 0 else "sliding_attention" for i in range(len(types))]
+        if types != expected:
+            raise ValueError(f"layer_types {types} is not a global layer every n layers from the first")
+        data.setdefault("global_attn_every_n_layers", every)
+    return data
+
+
+LAYOUTS = {
+    "bert": Layout(
+        model_type="bert", config=BertConfig, prefix="bert.",
+        heads={"mlm": {"bias": ("cls.predictions.bias", lambda h, v: (v,)),
+                       "transform.dense.weight": ("cls.predictions.transform.dense.weight",
+                                                  lambda h, v: (h, h)),
+                       "transform.dense.bias": ("cls.predictions.transform.dense.bias",
+                                                lambda h, v: (h,)),
+                       "transform.LayerNorm.weight": ("cls.predictions.transform.LayerNorm.weight",
+                                                      lambda h, v: (h,)),
+                       "transform.LayerNorm.bias": ("cls.predictions.transform.LayerNorm.bias",
+                                                    lambda h, v: (h,))},
+               "nsp": {"weight": ("cls.seq_relationship.weight", lambda h, v: (2, h)),
+                       "bias": ("cls.seq_relationship.bias", lambda h, v: (2,))}},
+        tied=("cls.predictions.decoder.weight", "cls.predictions.decoder.bias"),
+        classes=_bert_class, config_json=_bert_json, config_fields=dict),
+    "modernbert": Layout(
+        model_type="modernbert", config=ModernBertConfig, prefix="model.",
+        heads={"mlm": {"transform.dense.weight": ("head.dense.weight", lambda h, v: (h, h)),
+                       "transform.norm.weight": ("head.norm.weight", lambda h, v: (h,)),
+                       "bias": ("decoder.bias", lambda h, v: (v,))}},
+        tied=("decoder.weight",),
+        classes=lambda hf_heads: "ModernBertForMaskedLM" if "mlm" in hf_heads else "ModernBertModel",
+        config_json=_modernbert_json, config_fields=_modernbert_fields),
+}
+"""The transformers layout of each architecture that has one, by architecture name."""
+
+
+def layout(config) -> Layout:
+    """The transformers layout of ``config``'s architecture; PretextualError for one
+    transformers has no class of."""
+    if config.architecture not in LAYOUTS:
+        raise PretextualError(f"the {config.architecture} architecture has no transformers "
+                              f"counterpart to export to (those that do: {', '.join(LAYOUTS)})")
+    return LAYOUTS[config.architecture]
+
+
+def hf_counterpart(name: str, tensors: dict[str, torch.Tensor], config) -> dict[str, str] | None:
+    """pretextual key -> transformers key of head ``name``, or None when its tensors are not
+    exactly those of the transformers head of that role (a same-named head of another shape)."""
+    keys = layout(config).heads.get(name)
+    if keys is None:
+        return None
+    expected = {k: shape(config.hidden_size, config.vocab_size) for k, (_, shape) in keys.items()}
+    found = {k: tuple(t.shape) for k, t in tensors.items()}
+    return {k: hf for k, (hf, _) in keys.items()} if found == expected else None
+
+
+def architecture(config, hf_heads: set[str]) -> str:
+    """The transformers class a model with these heads is saved as."""
+    return layout(config).classes(hf_heads)
+
+
+def config_json(config, architecture_name: str, vocab: Vocab) -> dict:
+    """config.json for transformers: the architecture's model_type and config fields."""
+    found = layout(config)
+    return {"architectures": [architecture_name], "model_type": found.model_type,
+            **found.config_json(config, vocab), "tie_word_embeddings": True, "dtype": "float32"}
+
+
+def encoder_config_from_json(data: dict):
+    """The encoder config of a config.json, by its model_type (keys the config lacks are
+    ignored); raises KeyError/TypeError/ValueError for one of another kind."""
+    found = next((l for l in LAYOUTS.values() if l.model_type == data.get("model_type")), None)
+    if found is None:
+        raise ValueError(f"model_type is {data.get('model_type')!r}, not one of "
+                         f"{', '.join(repr(l.model_type) for l in LAYOUTS.values())}")
+    fields = found.config_fields(data)
+    names = {f.name for f in dataclasses.fields(found.config)}
+    return found.config(**{k: v for k, v in fields.items() if k in names})
 
 
 def _offset_trimming(processor: dict | None) -> list:

@@ -10,11 +10,9 @@ import torch
 from safetensors import safe_open
 
 from pretextual.core.checkpoint import STATE_FILE, read_tensors
-from pretextual.core.encoder import EncoderConfig
 from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer
 from pretextual.errors import CheckpointError
-from pretextual.exporters.hf import (ENCODER_PREFIX, HF_HEADS, TOKENIZER_CONFIG_FILE,
-                                   encoder_config_from_json)
+from pretextual.exporters.hf import TOKENIZER_CONFIG_FILE, encoder_config_from_json, layout
 from pretextual.exporters.source import build_encoder
 from pretextual.plugins.api import ExportedModel
 
@@ -23,15 +21,12 @@ MODEL_FILE = "model.safetensors"
 HEADS_FILE = "pretextual_heads.safetensors"
 """Heads with no Hugging Face counterpart (SOP, third-party), keyed ``<head>.<tensor>``."""
 
-# Hugging Face ties these to other tensors; a checkpoint saved by transformers may still hold them.
-_TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-
 
 def load_pretrained(path: str | Path) -> tuple[ExportedModel, dict | None]:
     """(model, the training config of its run or None) of a run directory (its newest
     checkpoint), a checkpoint, a ``pretextual export`` directory or a directory saved by
-    transformers (``save_pretrained`` of BertModel / BertForMaskedLM / BertForPreTraining
-    and its tokenizer). One CheckpointError line names what is missing or of another kind."""
+    transformers (``save_pretrained`` of BertModel / BertForMaskedLM / BertForPreTraining,
+    ModernBertModel / ModernBertForMaskedLM, and its tokenizer). One CheckpointError line names what is missing or of another kind."""
     from pretextual.exporters.source import find_checkpoint, load_checkpoint_model
     where = Path(path)
     if not where.is_dir():
@@ -49,8 +44,9 @@ def load_pretrained(path: str | Path) -> tuple[ExportedModel, dict | None]:
 
 def from_pretrained(path: str | Path) -> ExportedModel:
     """Load a directory written by ``pretextual export`` (or one saved by transformers'
-    BertModel, BertForPreTraining or BertForMaskedLM, with config.json, model.safetensors
-    and tokenizer.json; a fine-tuned model's task head is refused): the encoder, every
+    BertModel, BertForPreTraining, BertForMaskedLM, ModernBertModel or
+    ModernBertForMaskedLM, with config.json, model.safetensors and tokenizer.json; a
+    fine-tuned model's task head is refused): the encoder, every
     head's tensors under pretextual's names, the tokenizer and the metadata.
     BertForMaskedLM saves no pooler: it is then newly initialized, as transformers does,
     with a warning. CheckpointError names the file that is missing or wrong."""
@@ -61,18 +57,19 @@ def from_pretrained(path: str | Path) -> ExportedModel:
     try:
         config = encoder_config_from_json(json.loads(config_file.read_text()))
     except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError is a ValueError
-        raise CheckpointError(f"{config_file}: not a BERT config ({exc})") from None
+        raise CheckpointError(f"{config_file}: not a BERT or ModernBERT config ({exc})") from None
     model_file = path / MODEL_FILE
     if not model_file.is_file():
         raise CheckpointError(f"{model_file}: missing")
     tensors = read_tensors(model_file)
-    encoder_state, heads = _split(tensors, model_file)
+    encoder_state, heads = _split(tensors, model_file, config)
     heads_file = path / HEADS_FILE
     if heads_file.is_file():
         for key, value in read_tensors(heads_file).items():
             name, _, rest = key.partition(".")
             heads.setdefault(name, {})[rest] = value
-    fresh_pooler = not any(k.startswith("pooler.") for k in encoder_state)
+    fresh_pooler = config.architecture == "bert" and not any(k.startswith("pooler.")
+                                                             for k in encoder_state)
     if fresh_pooler:
         warnings.warn(f"{model_file}: has no pooler (saved from BertForMaskedLM?); the pooler is "
                       f"newly initialized, as transformers does", stacklevel=2)
@@ -86,7 +83,7 @@ def from_pretrained(path: str | Path) -> ExportedModel:
                          max_seq_length=_model_max_length(path / TOKENIZER_CONFIG_FILE, config))
 
 
-def _model_max_length(file: Path, config: EncoderConfig) -> int:
+def _model_max_length(file: Path, config) -> int:
     """tokenizer_config.json's model_max_length (the trained length in pretextual's
     exports); the position table's size where the file does not say."""
     if not file.is_file():
@@ -101,21 +98,24 @@ def _model_max_length(file: Path, config: EncoderConfig) -> int:
     return length
 
 
-def _split(tensors: dict[str, torch.Tensor], file: Path
+def _split(tensors: dict[str, torch.Tensor], file: Path, config
            ) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
-    """Encoder state and heads of a file keyed as BertModel, or as BertForPreTraining."""
-    if not any(k.startswith(ENCODER_PREFIX) for k in tensors):
+    """Encoder state and heads of a file keyed as the base model (BertModel), or as the
+    pretraining class (BertForPreTraining, ModernBertForMaskedLM)."""
+    found = layout(config)
+    if not any(k.startswith(found.prefix) for k in tensors):
         return tensors, {}
+    ours = {hf: (name, key) for name, keys in found.heads.items() for key, (hf, _) in keys.items()}
     encoder, heads = {}, {}
     for key, value in tensors.items():
-        if key.startswith(ENCODER_PREFIX):
-            encoder[key[len(ENCODER_PREFIX):]] = value
+        if key.startswith(found.prefix):
+            encoder[key[len(found.prefix):]] = value
+        elif key in found.tied:  # transformers may store them; they are the word embeddings
             continue
-        if key in _TIED:
-            continue
-        name = next((n for n, (prefix, _) in HF_HEADS.items() if key.startswith(prefix)), None)
-        if name is None:
+        elif key in ours:
+            name, own = ours[key]
+            heads.setdefault(name, {})[own] = value
+        else:
             raise CheckpointError(f"{file}: unexpected tensor {key!r} (pretextual loads an encoder "
                                   f"and its pretraining heads, not a fine-tuned task head)")
-        heads.setdefault(name, {})[key[len(HF_HEADS[name][0]):]] = value
     return encoder, heads

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from pretextual.core.encoder import BertModel
 from pretextual.errors import PretextualError
 from pretextual.exporters.onnx_form import export_form
 from pretextual.exporters.onnx_runtime import ONNX_FILE, cpu_session, quiet, require_onnx
@@ -38,22 +37,18 @@ ONE_FILE_LIMIT = 2_000_000_000
 
 
 class _Exportable(nn.Module):
-    """The encoder with an additive float attention mask instead of a boolean one:
-    masked keys get the dtype's minimum, so a fully masked row gets a uniform
-    (finite) attention in any runtime instead of NaN."""
+    """The encoder with the outputs as a tuple, which the exporter names."""
 
-    def __init__(self, encoder: BertModel):
+    def __init__(self, encoder: nn.Module):
         super().__init__()
         self.encoder = encoder
 
     def forward(self, input_ids, attention_mask, token_type_ids):
-        x = self.encoder.embeddings(input_ids, token_type_ids)
-        blocked = 1.0 - attention_mask[:, None, None, :].to(x.dtype)
-        x = self.encoder.encoder(x, blocked * torch.finfo(x.dtype).min)
-        return x, self.encoder.pooler(x)
+        out = self.encoder(input_ids, attention_mask, token_type_ids)
+        return out.last_hidden_state, out.pooler_output
 
 
-def export_graph(encoder: BertModel, path: Path, external_data: bool) -> None:
+def export_graph(encoder: nn.Module, path: Path, external_data: bool) -> None:
     """Trace the encoder with dynamic batch and sequence axes and write ``path``."""
     # Traced at 2 x 8: a dimension of size 1 would be frozen into the graph.
     generator = torch.Generator().manual_seed(0)
@@ -84,14 +79,14 @@ def check_batches(vocab_size: int, pad_id: int, max_length: int) -> dict[str, di
     return batches
 
 
-def torch_outputs(encoder: BertModel, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+def torch_outputs(encoder: nn.Module, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
     """pretextual's own encoder on a feed: [last_hidden_state, pooler_output]."""
     with torch.no_grad():
         out = encoder(**{k: torch.from_numpy(v) for k, v in feed.items()})
     return [out.last_hidden_state.numpy(), out.pooler_output.numpy()]
 
 
-def compare_with_torch(session, encoder: BertModel) -> dict[str, float]:
+def compare_with_torch(session, encoder: nn.Module) -> dict[str, float]:
     """Max abs difference of every output, per test batch; raises PretextualError
     above TOLERANCE or when a fully masked row gives a non-finite value."""
     config = encoder.config

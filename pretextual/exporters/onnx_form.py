@@ -1,10 +1,11 @@
 """The encoder in the form onnxruntime's transformer optimizer fuses, for the ONNX export.
 
 The same function as the plain encoder, written as the graph patterns onnxruntime
-recognises: attention as matmul / scale / add mask / softmax / matmul (fused into its
-Attention kernel; ``F.scaled_dot_product_attention`` exports as a pattern it does not
-fuse), and [batch, seq] position ids (what its embedding fusion reads). Applied to a
-copy of the encoder, by class swap, so the trained model is untouched.
+recognises: for BERT, attention as matmul / scale / add mask / softmax / matmul (fused
+into its Attention kernel; ``F.scaled_dot_product_attention`` exports as a pattern it
+does not fuse), [batch, seq] position ids (what its embedding fusion reads) and a float
+mask built once. Applied to a copy of the encoder, by class swap, so the trained model
+is untouched; an architecture with no swaps here (ModernBERT) exports as it is.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import math
 import torch
 from torch import nn
 
-from pretextual.core.encoder import BertEmbeddings, BertModel, BertSelfAttention
+from pretextual.architectures.bert import BertEmbeddings, BertModel, BertSelfAttention
+from pretextual.architectures.common import EncoderOutput
 
 
 class ExportEmbeddings(BertEmbeddings):
@@ -40,10 +42,21 @@ class ExportSelfAttention(BertSelfAttention):
         return torch.matmul(probs, v).transpose(1, 2).reshape(b, n, h)
 
 
-SWAPS = {BertEmbeddings: ExportEmbeddings, BertSelfAttention: ExportSelfAttention}
+class ExportBertModel(BertModel):
+    def forward(self, input_ids, attention_mask, token_type_ids, document_ids=None):
+        # An additive float mask: masked keys get the dtype's minimum, so a fully masked
+        # row gets a uniform (finite) attention in any runtime instead of NaN.
+        x = self.embeddings(input_ids, token_type_ids)
+        blocked = 1.0 - attention_mask[:, None, None, :].to(x.dtype)
+        x = self.encoder(x, blocked * torch.finfo(x.dtype).min)
+        return EncoderOutput(last_hidden_state=x, pooler_output=self.pooler(x))
 
 
-def export_form(encoder: BertModel) -> BertModel:
+SWAPS = {BertModel: ExportBertModel, BertEmbeddings: ExportEmbeddings,
+         BertSelfAttention: ExportSelfAttention}
+
+
+def export_form(encoder: nn.Module) -> nn.Module:
     """An evaluation-mode copy of ``encoder`` whose embeddings and attention are in the
     fusable form (the accelerated subclasses a training run swapped in included)."""
     copied = copy.deepcopy(encoder).eval()

@@ -1,35 +1,40 @@
 """The safetensors exporter: a directory Hugging Face transformers loads as it is.
 
-With heads (the default), ``model.safetensors`` is laid out as BertForPreTraining:
-the encoder under ``bert.`` and the MLM and NSP heads as ``cls.predictions.*`` and
-``cls.seq_relationship.*`` (the MLM decoder is tied to the word embeddings, so it is
-not stored, as transformers stores it); ``AutoModel.from_pretrained(DIR)`` still
-finds every encoder weight and ignores the heads. Heads with no Hugging Face
-counterpart go to ``pretextual_heads.safetensors`` under their own names. The
-encoder alone is stored under BertModel's key names.
+With heads (the default), ``model.safetensors`` is laid out as transformers' pretraining
+class of the architecture: for BERT, BertForPreTraining (the encoder under ``bert.``, the
+MLM and NSP heads as ``cls.predictions.*`` and ``cls.seq_relationship.*``); for
+ModernBERT, ModernBertForMaskedLM (the encoder under ``model.``, the MLM head as
+``head.*`` and ``decoder.bias``). The MLM decoder is tied to the word embeddings, so it
+is not stored, as transformers stores it; ``AutoModel.from_pretrained(DIR)`` still finds
+every encoder weight and ignores the heads. Heads with no Hugging Face counterpart go to
+``pretextual_heads.safetensors`` under their own names. The encoder alone is stored
+under its base model's key names.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from pretextual.exporters.hf import ENCODER_PREFIX, hf_counterpart
+from pretextual.exporters.hf import hf_counterpart, layout
 from pretextual.exporters.load import HEADS_FILE, MODEL_FILE, from_pretrained
 from pretextual.errors import PretextualError
 from pretextual.plugins.api import ExportedModel, ExporterSpec, ExportOptions, ExportSummary
 from pretextual.plugins.hookspecs import hookimpl
 
 
-def split_heads(model: ExportedModel) -> tuple[dict[str, str], dict[str, dict[str, torch.Tensor]]]:
-    """(head -> Hugging Face prefix, for heads that have one), (the other heads' tensors)."""
+def split_heads(model: ExportedModel
+                ) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, torch.Tensor]]]:
+    """(head -> its keys' Hugging Face names, for heads that have them), (the other heads'
+    tensors)."""
     mapped, own = {}, {}
     for name, tensors in sorted(model.heads.items()):
-        prefix = hf_counterpart(name, tensors, model.config)
-        if prefix:
-            mapped[name] = prefix
+        keys = hf_counterpart(name, tensors, model.config)
+        if keys:
+            mapped[name] = keys
         else:
             own[name] = tensors
     return mapped, own
@@ -45,10 +50,11 @@ def export_safetensors(model: ExportedModel, out_dir: Path, options: ExportOptio
     if not options.with_heads:
         tensors = encoder_state
     else:
-        tensors = {ENCODER_PREFIX + k: v for k, v in encoder_state.items()}
-        for name, prefix in mapped.items():
-            tensors.update({prefix + k: v.contiguous() for k, v in model.heads[name].items()})
-        lines += [f"head {name} -> {prefix}*" for name, prefix in mapped.items()]
+        prefix = layout(model.config).prefix
+        tensors = {prefix + k: v for k, v in encoder_state.items()}
+        for name, keys in mapped.items():
+            tensors.update({keys[k]: v.contiguous() for k, v in model.heads[name].items()})
+        lines += [f"head {name} -> {_names(keys.values())}" for name, keys in mapped.items()]
     if own:
         save_file({f"{name}.{k}": v.contiguous() for name, t in own.items() for k, v in t.items()},
                   str(out_dir / HEADS_FILE), metadata={**metadata, "heads": ",".join(own)})
@@ -63,6 +69,14 @@ def export_safetensors(model: ExportedModel, out_dir: Path, options: ExportOptio
                     f"hidden-state max abs diff {diff:.1e}")
     return ExportSummary(files=files, metrics={"tensors": len(tensors), "bytes": size,
                                                "reload_max_abs_diff": diff}, lines=lines)
+
+
+def _names(keys) -> str:
+    """``cls.predictions.*`` for keys that share a prefix, else the keys themselves."""
+    keys = sorted(keys)
+    common = os.path.commonprefix(keys)
+    common = common[:common.rfind(".") + 1]
+    return f"{common}*" if common else ", ".join(keys)
 
 
 def _reload_diff(model: ExportedModel, out_dir: Path, with_heads: bool) -> float:
@@ -89,5 +103,5 @@ def _reload_diff(model: ExportedModel, out_dir: Path, with_heads: bool) -> float
 @hookimpl
 def pretextual_register_exporters(register):
     register(ExporterSpec(name="safetensors", export=export_safetensors, heads=True,
-                          description="model.safetensors with Hugging Face BERT names "
-                                      "(AutoModel.from_pretrained loads it)"))
+                          description="model.safetensors with Hugging Face names (BERT's, "
+                                      "ModernBERT's; AutoModel.from_pretrained loads it)"))

@@ -5,14 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 from tokenizers import Tokenizer
 
 import pretextual
 from pretextual.core.checkpoint import (MODEL_FILE, STATE_FILE, Checkpoint, check_tokenizer,
                                         list_checkpoints, open_checkpoint)
-from pretextual.core.encoder import BertModel, EncoderConfig
+from pretextual.architectures import build_encoder as new_encoder
+from pretextual.architectures import config_from_dict
 from pretextual.core.tokenizer import TOKENIZER_FILE, read_tokenizer, vocab_of
-from pretextual.errors import CheckpointError
+from pretextual.errors import CheckpointError, PluginError
 from pretextual.exporters.hf import with_post_processor
 from pretextual.plugins.api import ExportedModel
 
@@ -35,12 +37,13 @@ def find_checkpoint(path: str | Path) -> Checkpoint:
                           f"no checkpoints/)")
 
 
-def build_encoder(config: EncoderConfig, state: dict[str, torch.Tensor], file: Path,
-                  fresh_pooler: bool = False) -> BertModel:
-    """A BertModel in eval mode holding ``state``; CheckpointError names the file and the
-    first tensor that is missing, unexpected or of the wrong shape. ``fresh_pooler``
-    keeps the pooler's initialisation, for a state that has none."""
-    encoder = BertModel(config)
+def build_encoder(config, state: dict[str, torch.Tensor], file: Path,
+                  fresh_pooler: bool = False) -> nn.Module:
+    """An encoder of ``config``'s architecture in eval mode holding ``state``;
+    CheckpointError names the file and the first tensor that is missing, unexpected or of
+    the wrong shape. ``fresh_pooler`` keeps the pooler's initialisation, for a BERT state
+    that has none."""
+    encoder = new_encoder(config)
     if fresh_pooler:
         state = {**{k: v for k, v in encoder.state_dict().items() if k.startswith("pooler.")}, **state}
     try:
@@ -55,9 +58,9 @@ def build_encoder(config: EncoderConfig, state: dict[str, torch.Tensor], file: P
 def load_checkpoint_model(ckpt: Checkpoint) -> ExportedModel:
     """The checkpoint's encoder, heads, the run's tokenizer and the export metadata."""
     model_file = ckpt.path / MODEL_FILE
-    try:
-        config = EncoderConfig(**ckpt.meta["encoder_config"])
-    except (KeyError, TypeError) as exc:
+    try:  # a checkpoint from before the architecture was recorded is BERT's
+        config = config_from_dict(ckpt.meta.get("architecture", "bert"), ckpt.meta["encoder_config"])
+    except (KeyError, TypeError, PluginError) as exc:
         raise CheckpointError(f"{ckpt.path / STATE_FILE}: no valid encoder_config ({exc})") from None
     tensors = ckpt.model_state()
     encoder_state = {k[len("bert."):]: v for k, v in tensors.items() if k.startswith("bert.")}
@@ -91,7 +94,7 @@ def _trained_length(ckpt: Checkpoint) -> int:
                               f"the sequence length the model was trained on)") from None
 
 
-def _run_tokenizer(ckpt: Checkpoint, config: EncoderConfig) -> Tokenizer:
+def _run_tokenizer(ckpt: Checkpoint, config) -> Tokenizer:
     # A checkpoint copied on its own may carry the tokenizer; otherwise it is the run's.
     candidates = [ckpt.path / TOKENIZER_FILE, ckpt.path.parent.parent / TOKENIZER_FILE]
     file = next((f for f in candidates if f.is_file()), None)

@@ -17,11 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pretextual.core.encoder import BertModel
 from pretextual.errors import ConfigError
 from pretextual.objectives.masking import IGNORE_INDEX, mask_tokens, replace_selected, select_tokens
-from pretextual.plugins.api import (Batch, BuildContext, Objective, ObjectiveOutput, ObjectiveSpec,
-                                    StepInputs)
+from pretextual.plugins.api import (Batch, BuildContext, Encoder, Objective, ObjectiveOutput,
+                                    ObjectiveSpec, StepInputs)
 from pretextual.plugins.hookspecs import hookimpl
 
 # What plugins reuse (docs/plugins.md); select_tokens and replace_selected live in masking.py.
@@ -55,30 +54,18 @@ def check_masking_options(name: str, options) -> None:
                           f"<= 1, got {options.mask_ratio} + {options.random_ratio}")
 
 
-class MLMHeadTransform(nn.Module):
-    def __init__(self, hidden_size: int, eps: float):
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps)
-
-    def forward(self, x):
-        return self.LayerNorm(F.gelu(self.dense(x)))
-
-
 class MLMHead(nn.Module):
-    """Hugging Face's BertLMPredictionHead: transform, then the vocabulary
-    projection tied to the word embeddings, plus a per-token bias."""
+    """The encoder architecture's own MLM head (Hugging Face's BertLMPredictionHead, or
+    ModernBERT's head and decoder): its transform, then the vocabulary projection tied to
+    the word embeddings, plus a per-token bias."""
 
-    def __init__(self, encoder: BertModel):
+    def __init__(self, encoder: Encoder):
         super().__init__()
-        config = encoder.config
-        self.transform = MLMHeadTransform(config.hidden_size, config.layer_norm_eps)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.transform = encoder.new_prediction_head()
+        self.bias = nn.Parameter(torch.zeros(encoder.config.vocab_size))
         # Tied to the encoder's word embeddings: kept outside this module's own
         # parameters and state dict, so it is saved and counted once.
-        self.__dict__["word_embeddings"] = encoder.embeddings.word_embeddings
-        nn.init.normal_(self.transform.dense.weight, std=config.initializer_range)
-        nn.init.zeros_(self.transform.dense.bias)
+        self.__dict__["word_embeddings"] = encoder.get_input_embeddings()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(self.transform(hidden), self.word_embeddings.weight, self.bias)

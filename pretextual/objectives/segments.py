@@ -20,9 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pretextual.core.data import truncate_seq_pair
-from pretextual.core.encoder import BertModel
 from pretextual.errors import ConfigError, DataError
-from pretextual.plugins.api import Documents, ObjectiveOutput, StepInputs
+from pretextual.plugins.api import Documents, Encoder, ObjectiveOutput, StepInputs
 
 Segment = tuple[np.ndarray, np.ndarray]
 """Token ids and word-start flags of a run of text."""
@@ -95,8 +94,9 @@ def _slice(segment: Segment, kept: list[int]) -> Segment:
     return ids[lo:hi], starts
 
 
-def pair_classifier(encoder: BertModel) -> nn.Linear:
-    """A 2-way linear classifier of the pooled [CLS] output, initialised as BERT's
+def pair_classifier(encoder: Encoder) -> nn.Linear:
+    """A 2-way linear classifier of the pooled output (BERT's pooler, ModernBERT's final
+    [CLS] vector), initialised as BERT's
     (normal(0, initializer_range) weight, zero bias). Its state is exactly
     ``weight`` [2, hidden] and ``bias`` [2], as Hugging Face's seq_relationship."""
     config = encoder.config

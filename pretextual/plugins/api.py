@@ -49,25 +49,27 @@ Example = dict[str, Any]
 
 class EncoderConfigLike(Protocol):
     """The encoder's sizes (``encoder.config``, ``context.encoder_config``), field names
-    as in Hugging Face's ``BertConfig``. The core's is a dataclass, so
+    as in the architecture's Hugging Face config (``BertConfig``, ``ModernBertConfig``);
+    every architecture has at least these. The core's are dataclasses, so
     ``dataclasses.replace`` gives a resized copy (a narrower generator, say)."""
 
+    architecture: str
+    """The name the architecture is registered under (``model.architecture``)."""
     vocab_size: int
     hidden_size: int
     num_hidden_layers: int
     num_attention_heads: int
     intermediate_size: int
-    hidden_act: str
-    hidden_dropout_prob: float
-    attention_probs_dropout_prob: float
     max_position_embeddings: int
-    type_vocab_size: int
     initializer_range: float
-    layer_norm_eps: float
     pad_token_id: int
 
     def to_dict(self) -> dict[str, Any]:
         """The fields by name (what config.json holds)."""
+        ...
+
+    def num_parameters(self) -> int:
+        """The encoder's parameters, counted from the sizes before anything is built."""
         ...
 
 
@@ -77,25 +79,61 @@ class EncoderOutputLike(Protocol):
     last_hidden_state: torch.Tensor
     """[batch, seq, hidden]: the last layer's vector of every position."""
     pooler_output: torch.Tensor
-    """[batch, hidden]: tanh(dense(...)) of the [CLS] vector."""
+    """[batch, hidden]: the [CLS] summary a sentence-level head reads; what it is depends
+    on the architecture (:attr:`ArchitectureSpec.pooled`)."""
 
 
 class Encoder(Protocol):
-    """The shared encoder as a plugin sees it: an ``nn.Module`` (``parameters()``,
-    ``state_dict()``, ``.to()`` as usual) with its sizes, its forward pass and its
-    word-embedding table. The core's ``BertModel`` is one."""
+    """The shared encoder as a plugin sees it, whatever its architecture: an ``nn.Module``
+    (``parameters()``, ``state_dict()``, ``.to()`` as usual) with its sizes, its forward
+    pass, its word-embedding table and its own MLM transform. The core's ``BertModel``
+    and ``ModernBertModel`` are two."""
 
     config: EncoderConfigLike
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                 token_type_ids: torch.Tensor | None = None) -> EncoderOutputLike:
-        """Encode a batch of ``[batch, seq]`` integer tensors."""
+                 token_type_ids: torch.Tensor | None = None,
+                 document_ids: torch.Tensor | None = None) -> EncoderOutputLike:
+        """Encode a batch of ``[batch, seq]`` integer tensors. ``document_ids`` (packed
+        examples under ``data.document_attention``) keeps each token's attention within
+        its own document and restarts positions at each."""
         ...
 
     def get_input_embeddings(self) -> nn.Embedding:
         """The word-embedding table ``[vocab_size, hidden_size]``: a head ties its output
         projection to it by assigning its ``weight`` (the checkpoint stores it once)."""
         ...
+
+    def new_prediction_head(self) -> nn.Module:
+        """A freshly initialised hidden -> hidden transform of the architecture's own MLM
+        head (BERT: dense, GELU, LayerNorm; ModernBERT: the same without biases), which
+        the MLM head puts before the projection tied to :meth:`get_input_embeddings`."""
+        ...
+
+
+@dataclass(frozen=True)
+class ArchitectureSpec:
+    """What a plugin registers to make an encoder architecture selectable by name
+    (``model.architecture=<name>``).
+
+    ``config`` is a dataclass of the architecture's sizes (fields named as in its Hugging
+    Face config, :class:`EncoderConfigLike`); ``model(config)`` builds the initialised
+    encoder (an :class:`Encoder`). ``presets`` maps each ``model.preset`` name to the
+    config fields it sets; a ``model.hidden_size`` set alone gets an intermediate size of
+    ``intermediate_ratio`` times it. ``dropouts`` maps ``model.hidden_dropout_prob`` and
+    ``model.attention_probs_dropout_prob`` to the config fields that take them.
+    ``document_attention`` is ``data.document_attention``'s default under it; ``pooled``
+    says in words what its ``pooler_output`` is (NSP and SOP read it)."""
+
+    name: str
+    config: type
+    model: Callable[[Any], nn.Module]
+    presets: Mapping[str, Mapping[str, Any]]
+    intermediate_ratio: float
+    dropouts: Mapping[str, tuple[str, ...]]
+    document_attention: bool = False
+    pooled: str = ""
+    description: str = ""
 
 
 SCHEDULE_KEYS = frozenset({"weight", "schedule", "start_weight", "schedule_steps", "schedules"})
@@ -229,7 +267,7 @@ class ObjectiveSpec:
 class ExportedModel:
     """A trained model as an exporter receives it (and as pretextual loads an export back).
 
-    ``encoder`` is the encoder (a BertModel) in eval mode, on the CPU, in float32. ``heads``
+    ``encoder`` is the encoder (a BertModel, a ModernBertModel...) in eval mode, on the CPU, in float32. ``heads``
     holds each pretraining head's tensors by head name, keyed as in the head's
     own state dict (``heads["mlm"]["transform.dense.weight"]``); weights tied to
     the encoder (the MLM decoder) are not repeated. ``tokenizer`` is a
@@ -378,7 +416,7 @@ class LRScheduleSpec:
     description: str = ""
 
 
-__all__ = ["PARTS", "SCHEDULE_KEYS", "Batch", "BatchTransform", "BuildContext", "Documents",
+__all__ = ["ArchitectureSpec", "PARTS", "SCHEDULE_KEYS", "Batch", "BatchTransform", "BuildContext", "Documents",
            "Encoder", "EncoderConfigLike", "EncoderOutputLike", "Example", "ExampleBuilder",
            "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "HeadFactory",
            "LoggerSpec", "LRScheduleSpec", "Objective", "ObjectiveOutput", "ObjectiveSpec",

@@ -32,6 +32,17 @@ hookimpl = pluggy.HookimplMarker("pretextual")
 
 
 @hookspec
+def pretextual_register_architectures(register: Callable[[Any], None]) -> None:
+    """Register encoder architectures: call ``register(ArchitectureSpec(...))`` once per
+    architecture.
+
+    Called once, when the plugin is loaded. The spec's name is what
+    ``model.architecture`` accepts (bert and modernbert are built in); names are unique
+    as for objectives.
+    """
+
+
+@hookspec
 def pretextual_register_objectives(register: Callable[[Any], None]) -> None:
     """Register objectives: call ``register(ObjectiveSpec(...))`` once per objective.
 

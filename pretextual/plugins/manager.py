@@ -25,7 +25,7 @@ import pluggy
 
 from pretextual.errors import PluginError
 from pretextual.plugins import hookspecs
-from pretextual.plugins.api import (PARTS, SCHEDULE_KEYS, ExporterSpec, LoggerSpec,
+from pretextual.plugins.api import (PARTS, SCHEDULE_KEYS, ArchitectureSpec, ExporterSpec, LoggerSpec,
                                    LRScheduleSpec, ObjectiveSpec, OptimizerSpec, TaskSpec)
 
 ENTRY_POINT_GROUP = "pretextual"
@@ -35,6 +35,8 @@ unset loads every installed plugin. Built-ins and modules named in the config al
 
 # Built-ins go through exactly the hooks a third-party plugin implements.
 BUILTIN_PLUGINS = (
+    "pretextual.architectures.bert",
+    "pretextual.architectures.modernbert",
     "pretextual.objectives.mlm",
     "pretextual.objectives.wwm",
     "pretextual.objectives.span",
@@ -55,6 +57,7 @@ BUILTIN_PLUGINS = (
 
 # Registration hooks: the kind of thing each registers and the spec class it must be.
 REGISTER_HOOKS = {
+    "pretextual_register_architectures": ("architecture", ArchitectureSpec),
     "pretextual_register_objectives": ("objective", ObjectiveSpec),
     "pretextual_register_exporters": ("exporter", ExporterSpec),
     "pretextual_register_tasks": ("task", TaskSpec),
@@ -72,6 +75,7 @@ class PluginInfo:
     package: str
     version: str
     hooks: list[str] = field(default_factory=list)
+    architectures: list[str] = field(default_factory=list)
     objectives: list[str] = field(default_factory=list)
     exporters: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
@@ -99,6 +103,7 @@ class Plugins:
         self.pm = pluggy.PluginManager("pretextual")
         self.pm.add_hookspecs(hookspecs)
         self.info: dict[str, PluginInfo] = {}
+        self.architectures: dict[str, ArchitectureSpec] = {}
         self.objectives: dict[str, ObjectiveSpec] = {}
         self.exporters: dict[str, ExporterSpec] = {}
         self.tasks: dict[str, TaskSpec] = {}
@@ -277,6 +282,16 @@ class Plugins:
     def owner(self, kind: str, name: str) -> PluginInfo:
         """The plugin that registered objective/exporter/task ``name``."""
         return self.info[self._owner[(kind, name)]]
+
+    def architecture(self, name: str) -> ArchitectureSpec:
+        """The registered architecture ``name``; a clear error listing the known ones
+        otherwise, or naming both plugins that registered it."""
+        if ("architecture", name) in self.clashes:
+            raise PluginError(f"model.architecture: {self.clashes[('architecture', name)]}")
+        if name not in self.architectures:
+            raise PluginError(f"model.architecture: no plugin registers an architecture named "
+                              f"{name!r} (known: {', '.join(sorted(self.architectures))})")
+        return self.architectures[name]
 
     def objective(self, name: str) -> ObjectiveSpec:
         """The registered objective ``name``; a clear error listing the known ones otherwise,

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pretextual.accel as accel
-from pretextual.core.encoder import BertModel, preset_config
+from pretextual.architectures.bert import BertModel, preset_config
 from pretextual.core.trainer import Trainer
 from run_helpers import tiny_overrides
 

@@ -10,7 +10,7 @@ from pretextual.cli import main
 from pretextual.core.config import load_config, objective_options, recipe_names
 from pretextual.core.config_reference import reference_markdown
 from pretextual.core.mix import ObjectiveMix, check_objectives
-from pretextual.core.encoder import preset_config
+from pretextual.architectures.bert import preset_config
 from pretextual.core.trainer import Trainer
 from pretextual.errors import ConfigError
 from pretextual.objectives.mlm import MLMOptions

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from pretextual.core.encoder import BertModel, EncoderConfig, PRESETS, count_parameters, preset_config
+from pretextual.architectures.bert import BertModel, BertConfig, PRESETS, preset_config
+from pretextual.architectures.common import count_parameters
 from pretextual.core.mix import PretrainingModel
 from pretextual.objectives.mlm import MLMHead
 
@@ -21,7 +22,7 @@ def test_preset_parameter_counts(preset):
 
 def test_tied_mlm_head_adds_only_transform_and_bias():
     config = preset_config("tiny", vocab_size=1000)
-    model = PretrainingModel(config, {"mlm": MLMHead})
+    model = PretrainingModel(BertModel(config), {"mlm": MLMHead})
     h = config.hidden_size
     assert count_parameters(model) - count_parameters(model.bert) == h * h + h + 2 * h + 1000
     assert not any("word_embeddings" in k for k in model.heads.state_dict())
@@ -29,10 +30,10 @@ def test_tied_mlm_head_adds_only_transform_and_bias():
 
 def test_parity_with_transformers_bert_for_pretraining():
     transformers = pytest.importorskip("transformers")
-    config = EncoderConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    config = BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                            intermediate_size=256, max_position_embeddings=64)
     torch.manual_seed(0)
-    ours = PretrainingModel(config, {"mlm": MLMHead}).eval()
+    ours = PretrainingModel(BertModel(config), {"mlm": MLMHead}).eval()
     hf = transformers.BertForPreTraining(transformers.BertConfig(**config.to_dict())).eval()
     state = {k.replace("heads.mlm.", "cls.predictions."): v for k, v in ours.state_dict().items()}
     missing, unexpected = hf.load_state_dict(state, strict=False)

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from pretextual.core.checkpoint import META_CHECKSUM, meta_checksum
 from pretextual.core.config import load_config
-from pretextual.core.encoder import EncoderConfig
+from pretextual.architectures import build_encoder, config_from_dict
 from pretextual.core.mix import PretrainingModel
 from pretextual.core.trainer import Trainer
 from pretextual.exporters.hf import with_post_processor
@@ -62,7 +62,8 @@ def reference_model(run_dir: Path) -> PretrainingModel:
         return torch.nn.Linear(encoder.config.hidden_size, 2)
 
     factories = {"mlm": MLMHead, "nsp": pair_classifier, "sop": pair_classifier}
-    model = PretrainingModel(EncoderConfig(**meta["encoder_config"]),
+    config = config_from_dict(meta.get("architecture", "bert"), meta["encoder_config"])
+    model = PretrainingModel(build_encoder(config),
                              {name: factories[name] for name in meta["heads"]})
     model.load_state_dict(load_file(str(ckpt / "model.safetensors")), strict=True)
     return model.eval()

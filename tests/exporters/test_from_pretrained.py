@@ -117,7 +117,7 @@ def test_not_an_export(encoder_export, tmp_path):
     shutil.copytree(encoder_export, bad)
     config = json.loads((bad / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**config, "model_type": "roberta"}))
-    with pytest.raises(CheckpointError, match=r"config\.json: not a BERT config"):
+    with pytest.raises(CheckpointError, match=r"config\.json: not a BERT or ModernBERT config"):
         from_pretrained(bad)
     (bad / "config.json").write_text(json.dumps({**config, "hidden_size": 64}))
     with pytest.raises(CheckpointError, match=r"model\.safetensors: does not fit the encoder"):

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from pretextual.core.corpus import Document
 from pretextual.core.data import collate, full_sentences, single_segment
 from pretextual.core.documents import TokenizedDocuments
-from pretextual.core.encoder import EncoderConfig
+from pretextual.architectures.bert import BertConfig
 from pretextual.core.tokenizer import has_word_boundaries, vocab_of
 from pretextual.plugins.api import BuildContext, Vocab
 from run_helpers import TOPICS, VERBS
@@ -46,7 +46,7 @@ def texts(docs: list[Document]) -> list[str]:
 def context_for(tokenizer: Tokenizer, max_seq_length: int = 128) -> BuildContext:
     """What the core hands an objective for a run with this tokenizer."""
     vocab = vocab_of(tokenizer)
-    config = EncoderConfig(vocab_size=vocab.size, hidden_size=32, num_hidden_layers=1,
+    config = BertConfig(vocab_size=vocab.size, hidden_size=32, num_hidden_layers=1,
                            num_attention_heads=2, intermediate_size=64)
     return BuildContext(encoder_config=config, vocab=vocab, max_seq_length=max_seq_length,
                         has_word_boundaries=has_word_boundaries(tokenizer))
@@ -105,7 +105,7 @@ class Synthetic:
     sentence_end: np.ndarray  # token id -> last token of a sentence
 
     def context(self, max_seq_length: int) -> BuildContext:
-        return BuildContext(encoder_config=EncoderConfig(vocab_size=self.vocab.size),
+        return BuildContext(encoder_config=BertConfig(vocab_size=self.vocab.size),
                             vocab=self.vocab, max_seq_length=max_seq_length,
                             has_word_boundaries=True)
 

@@ -7,12 +7,12 @@ import torch
 from torch import nn
 
 from pretextual.core.data import collate
-from pretextual.core.encoder import EncoderOutput
+from pretextual.architectures.common import EncoderOutput
 from pretextual.core.mix import check_objectives
 from pretextual.errors import ConfigError
 from pretextual.plugins.api import BuildContext, StepInputs, Vocab
 from pretextual.plugins.manager import Plugins
-from pretextual.core.encoder import preset_config
+from pretextual.architectures.bert import preset_config
 
 VOCAB = Vocab(size=1000, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4, special_ids=(0, 1, 2, 3, 4))
 

@@ -11,7 +11,8 @@ from objective_corpora import context_for, generated_documents, segments, synthe
 from pretextual.core.corpus import Document
 from pretextual.core.data import collate
 from pretextual.core.documents import TokenizedDocuments
-from pretextual.core.encoder import BertModel, EncoderOutput
+from pretextual.architectures.bert import BertModel
+from pretextual.architectures.common import EncoderOutput
 from pretextual.core.mix import check_objectives
 from pretextual.errors import ConfigError, DataError
 from pretextual.plugins.api import StepInputs

@@ -6,7 +6,8 @@ import torch
 
 from objective_corpora import context_for, generated_documents, segments, synthetic_corpus
 from pretextual.core.documents import TokenizedDocuments
-from pretextual.core.encoder import BertModel, EncoderOutput
+from pretextual.architectures.bert import BertModel
+from pretextual.architectures.common import EncoderOutput
 from pretextual.core.mix import check_objectives
 from pretextual.errors import ConfigError, DataError
 from pretextual.plugins.api import StepInputs

@@ -66,4 +66,4 @@ def test_the_example_package_own_tests_pass(electra):
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              str(EXAMPLE / "tests")], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stdout[-2000:]
-    assert result.stdout.splitlines()[-1].startswith("8 passed")
+    assert result.stdout.splitlines()[-1].startswith("9 passed")

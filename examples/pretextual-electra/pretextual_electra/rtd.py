@@ -4,7 +4,9 @@ A small generator, trained by masked language modelling, fills the masked positi
 with tokens it samples; the encoder, as the discriminator, reads the corrupted
 sequence in a second forward pass and predicts at every non-padding position whether
 the token is the original or a replacement. As in ELECTRA, the generator shares the
-encoder's embeddings and is ``generator_size_divisor`` times narrower.
+encoder's word embeddings and is ``generator_size_divisor`` times narrower. The
+encoder may be of any architecture (bert, modernbert): the generator is a narrow BERT
+of its own over the shared word-embedding table.
 
 Masking: pretextual lets one objective of a mix corrupt the batch. With
 ``masking=mix`` (the default) rtd uses the ``mlm_labels`` of the MLM-family objective
@@ -26,9 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pretextual import (BuildContext, ConfigError, Objective, ObjectiveOutput, ObjectiveSpec,
+from pretextual import (BuildContext, ConfigError, Encoder, Objective, ObjectiveOutput, ObjectiveSpec,
                         StepInputs, Vocab, hookimpl)
-from pretextual.core.encoder import BertEncoder, BertModel
+from pretextual.architectures.bert import BertConfig, BertEncoder
 from pretextual.objectives.mlm import IGNORE_INDEX, replace_selected, select_tokens
 
 MASKINGS = ("mix", "own")
@@ -45,40 +47,47 @@ class RTDOptions:
 
 
 class Generator(nn.Module):
-    """A narrow BERT over the encoder's own embeddings, with an MLM head tied to them."""
+    """A narrow BERT over the encoder's own word embeddings, with an MLM head tied to them."""
 
-    def __init__(self, encoder: BertModel, divisor: int):
+    def __init__(self, encoder: Encoder, divisor: int):
         super().__init__()
         c = encoder.config
-        small = dataclasses.replace(c, hidden_size=c.hidden_size // divisor,
-                                    num_attention_heads=max(1, c.num_attention_heads // divisor),
-                                    intermediate_size=c.intermediate_size // divisor)
+        small = BertConfig(vocab_size=c.vocab_size, hidden_size=c.hidden_size // divisor,
+                           num_hidden_layers=c.num_hidden_layers,
+                           num_attention_heads=max(1, c.num_attention_heads // divisor),
+                           intermediate_size=c.intermediate_size // divisor,
+                           max_position_embeddings=c.max_position_embeddings,
+                           initializer_range=c.initializer_range)
         # Shared with the encoder as in ELECTRA, and kept out of this module's parameters
-        # so the embeddings are saved and counted once (by the encoder).
-        self.__dict__["embeddings"] = encoder.embeddings
+        # so the table is saved and counted once (by the encoder).
+        self.__dict__["word_embeddings"] = encoder.get_input_embeddings()
+        self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
+        self.embeddings_norm = nn.LayerNorm(c.hidden_size, eps=small.layer_norm_eps)
         self.project = nn.Linear(c.hidden_size, small.hidden_size)
         self.encoder = BertEncoder(small)
         self.dense = nn.Linear(small.hidden_size, c.hidden_size)
-        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=small.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(c.vocab_size))
         for module in self.modules():
-            if isinstance(module, nn.Linear):
+            if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=c.initializer_range)
+            if isinstance(module, nn.Linear):
                 nn.init.zeros_(module.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+                where: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits at the ``where`` positions only: [n_where, vocab]."""
-        x = self.project(self.embeddings(input_ids, token_type_ids))
-        x = self.encoder(x, attention_mask.bool()[:, None, None, :])
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.embeddings_norm(self.word_embeddings(input_ids) + self.position_embeddings(positions))
+        x = self.encoder(self.project(x), attention_mask.bool()[:, None, None, :])
         h = self.LayerNorm(F.gelu(self.dense(x[where])))
-        return F.linear(h, self.embeddings.word_embeddings.weight, self.bias)
+        return F.linear(h, self.word_embeddings.weight, self.bias)
 
 
 class DiscriminatorHead(nn.Module):
     """ELECTRA's discriminator head: dense and GELU, then one logit per position."""
 
-    def __init__(self, encoder: BertModel):
+    def __init__(self, encoder: Encoder):
         super().__init__()
         c = encoder.config
         self.dense = nn.Linear(c.hidden_size, c.hidden_size)
@@ -98,8 +107,7 @@ def rtd_loss(inputs: StepInputs, vocab: Vocab) -> ObjectiveOutput:
     masked = labels != IGNORE_INDEX
     attention_mask, token_type_ids = batch["attention_mask"], batch["token_type_ids"]
 
-    gen_logits = inputs.heads["rtd_generator"](batch["input_ids"], attention_mask, token_type_ids,
-                                               masked).float()
+    gen_logits = inputs.heads["rtd_generator"](batch["input_ids"], attention_mask, masked).float()
     target = labels[masked]
     gen_loss = F.cross_entropy(gen_logits, target)
     with torch.no_grad():  # ELECTRA samples (argmax would be too easy to detect); never a special token

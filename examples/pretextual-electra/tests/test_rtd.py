@@ -11,18 +11,20 @@ import pytest
 import torch
 
 from pretextual import BuildContext, ConfigError, StepInputs, Vocab
-from pretextual.core.encoder import BertModel, count_parameters, preset_config
+from pretextual.architectures import architecture, sized_config
+from pretextual.architectures.common import count_parameters
 from pretextual.plugins.manager import Plugins
 from pretextual_electra.rtd import RTDOptions, build
 
 VOCAB = Vocab(size=60, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4, special_ids=(0, 1, 2, 3, 4))
 
 
-def make(mix=("mlm", "rtd"), **options):
-    config = preset_config("tiny", vocab_size=VOCAB.size)
+def make(mix=("mlm", "rtd"), arch="bert", **options):
+    spec = architecture(arch)
+    config = sized_config(spec, "tiny", {}, {}, vocab_size=VOCAB.size)
     objective = build(RTDOptions(**options), BuildContext(config, VOCAB, 32, True, objectives=mix))
     torch.manual_seed(0)
-    encoder = BertModel(config)
+    encoder = spec.model(config)
     heads = torch.nn.ModuleDict({name: factory(encoder) for name, factory in objective.heads.items()})
     return objective, encoder, heads
 
@@ -48,8 +50,9 @@ def test_registered_through_the_entry_point_only():
     assert Plugins().owner("objective", "rtd").package == "pretextual-electra"
 
 
-def test_untrained_losses_are_chance_and_metrics_count_positions():
-    objective, encoder, heads = make(masking="own")
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_untrained_losses_are_chance_and_metrics_count_positions(arch):
+    objective, encoder, heads = make(masking="own", arch=arch)
     masked = objective.batch_transform(batch(), torch.Generator().manual_seed(1))
     assert (masked["input_ids"][masked["mlm_labels"] >= 0] == VOCAB.mask_id).all()  # ELECTRA: all [MASK]
     out = run(objective, encoder, heads, masked)
@@ -69,7 +72,7 @@ def test_no_gradient_flows_through_the_sampling():
     out.loss.backward(retain_graph=True)
     generator = heads["rtd_generator"]
     assert generator.project.weight.grad is None  # the discriminator's loss never reaches the generator
-    assert encoder.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert encoder.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0  # the discriminator's
     out.aux_losses["generator"].backward()
     assert generator.project.weight.grad.abs().sum() > 0
 
@@ -77,8 +80,8 @@ def test_no_gradient_flows_through_the_sampling():
 def test_generator_shares_the_embeddings_and_is_smaller():
     _, encoder, heads = make(generator_size_divisor=4)
     generator = heads["rtd_generator"]
-    assert generator.embeddings is encoder.embeddings
-    assert not any(name.startswith("embeddings") for name, _ in generator.named_parameters())
+    assert generator.word_embeddings is encoder.get_input_embeddings()
+    assert not any(name.startswith("word_embeddings") for name, _ in generator.named_parameters())
     body = count_parameters(encoder.encoder)
     assert count_parameters(generator.encoder) < body / 10  # width / 4: about 1/16 of the layers' weights
 

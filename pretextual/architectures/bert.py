@@ -1,4 +1,4 @@
-"""The BERT encoder in plain PyTorch, read top to bottom like nanoGPT's model.py.
+"""BERT (Devlin et al. 2019) in plain PyTorch, read top to bottom like nanoGPT's model.py.
 
 Module and parameter names follow Hugging Face's ``BertModel`` exactly, so a
 state dict moves between the two without renaming or reshaping and the same
@@ -11,15 +11,23 @@ from outside, by :mod:`pretextual.accel`; nothing here depends on the device.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pretextual.architectures.common import (EncoderOutput, allowed_keys, attention_bias,
+                                             document_positions)
+from pretextual.plugins.api import ArchitectureSpec
+from pretextual.plugins.hookspecs import hookimpl
+
 
 @dataclass
-class EncoderConfig:
+class BertConfig:
     """Sizes of a BERT encoder; field names are those of Hugging Face's BertConfig."""
+
+    architecture: ClassVar[str] = "bert"
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -57,35 +65,18 @@ PRESETS: dict[str, tuple[int, int, int]] = {
     "base": (12, 768, 12),
     "large": (24, 1024, 16),
 }
+PRESET_FIELDS = {name: dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                            intermediate_size=4 * hidden)
+                 for name, (layers, hidden, heads) in PRESETS.items()}
 
 
-def preset_config(name: str, **overrides) -> EncoderConfig:
-    """The EncoderConfig of a named preset, with any field overridden."""
-    layers, hidden, heads = PRESETS[name]
-    fields = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                  intermediate_size=4 * hidden)
-    fields.update(overrides)
-    return EncoderConfig(**fields)
-
-
-def attention_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The additive attention bias of a boolean key mask (True: may be attended to):
-    0 where a key may be attended to, the dtype's minimum where not, so a row with no
-    key left gets a uniform, finite attention instead of NaN."""
-    return torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device
-                       ).masked_fill_(~attention_mask, torch.finfo(dtype).min)
-
-
-@dataclass
-class EncoderOutput:
-    """What the encoder hands to the heads."""
-
-    last_hidden_state: torch.Tensor  # [batch, seq, hidden]
-    pooler_output: torch.Tensor  # [batch, hidden]: tanh(dense([CLS]))
+def preset_config(name: str, **overrides) -> BertConfig:
+    """The BertConfig of a named preset, with any field overridden."""
+    return BertConfig(**{**PRESET_FIELDS[name], **overrides})
 
 
 class BertEmbeddings(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
                                             padding_idx=config.pad_token_id)
@@ -94,15 +85,17 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
              + self.token_type_embeddings(token_type_ids))
         return self.dropout(self.LayerNorm(x))
 
 
 class BertSelfAttention(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
@@ -126,7 +119,7 @@ class BertSelfAttention(nn.Module):
 class BertSelfOutput(nn.Module):
     """Projection, dropout, residual, post-LayerNorm (names as in Hugging Face)."""
 
-    def __init__(self, in_size: int, config: EncoderConfig):
+    def __init__(self, in_size: int, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(in_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -137,7 +130,7 @@ class BertSelfOutput(nn.Module):
 
 
 class BertAttention(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config.hidden_size, config)
@@ -147,7 +140,7 @@ class BertAttention(nn.Module):
 
 
 class BertIntermediate(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         if config.hidden_act != "gelu":
             raise ValueError(f"hidden_act {config.hidden_act!r} is not supported (only 'gelu')")
@@ -158,7 +151,7 @@ class BertIntermediate(nn.Module):
 
 
 class BertLayer(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.attention = BertAttention(config)
         self.intermediate = BertIntermediate(config)
@@ -170,13 +163,14 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-        """``key_mask``: None, a boolean [b, 1, 1, n] key mask (True: may attend), or an
-        additive mask; a boolean one becomes an additive bias once, not once per layer."""
+        """``key_mask``: None, a boolean mask broadcastable to [b, heads, n, n] (True: may
+        attend), or an additive one; a boolean one becomes an additive bias once, not once
+        per layer."""
         if key_mask is not None and key_mask.dtype == torch.bool:
             key_mask = attention_bias(key_mask, x.dtype)
         for layer in self.layer:
@@ -184,8 +178,20 @@ class BertEncoder(nn.Module):
         return x
 
 
+class BertPredictionHeadTransform(nn.Module):
+    """The MLM head's transform before the tied vocabulary projection: dense, GELU, LayerNorm."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, x):
+        return self.LayerNorm(F.gelu(self.dense(x)))
+
+
 class BertPooler(nn.Module):
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
@@ -196,7 +202,7 @@ class BertPooler(nn.Module):
 class BertModel(nn.Module):
     """BERT: embeddings, post-LN transformer layers with GELU, and the [CLS] pooler."""
 
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
@@ -219,12 +225,16 @@ class BertModel(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> EncoderOutput:
+                token_type_ids: torch.Tensor | None = None,
+                document_ids: torch.Tensor | None = None) -> EncoderOutput:
+        """``document_ids`` (a packed batch's): each token attends within its own document
+        only, and positions restart at each."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.embeddings(input_ids, token_type_ids)
-        key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        x = self.encoder(x, key_mask)
+        positions = None if document_ids is None else document_positions(document_ids)
+        x = self.embeddings(input_ids, token_type_ids, positions)
+        mask = allowed_keys(attention_mask, document_ids, None, input_ids.shape[1], input_ids.device)
+        x = self.encoder(x, mask)
         return EncoderOutput(last_hidden_state=x, pooler_output=self.pooler(x))
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -232,16 +242,23 @@ class BertModel(nn.Module):
         its output projection to."""
         return self.embeddings.word_embeddings
 
-
-def count_parameters(module: nn.Module) -> int:
-    """Number of distinct parameters (tied weights counted once)."""
-    return sum(p.numel() for p in module.parameters())
-
-
-def non_embedding_parameters(model: BertModel) -> int:
-    """Parameters outside the embedding tables (the 6N of the FLOP estimate)."""
-    return count_parameters(model) - count_parameters(model.embeddings)
+    def new_prediction_head(self) -> BertPredictionHeadTransform:
+        """A fresh transform of the MLM head, initialised as BERT's."""
+        head = BertPredictionHeadTransform(self.config)
+        head.apply(self._init_weights)
+        return head
 
 
-__all__ = ["EncoderConfig", "EncoderOutput", "BertModel", "PRESETS", "preset_config",
-           "count_parameters", "non_embedding_parameters", "attention_bias"]
+@hookimpl
+def pretextual_register_architectures(register):
+    register(ArchitectureSpec(
+        name="bert", config=BertConfig, model=BertModel, presets=PRESET_FIELDS,
+        intermediate_ratio=4.0,
+        dropouts={"hidden_dropout_prob": ("hidden_dropout_prob",),
+                  "attention_probs_dropout_prob": ("attention_probs_dropout_prob",)},
+        pooled="tanh(dense([CLS])), BERT's pooler",
+        description="BERT (Devlin et al. 2019): post-LayerNorm, learned positions, GELU; "
+                    "exports as transformers' BertForPreTraining"))
+
+
+__all__ = ["BertConfig", "BertModel", "BertPredictionHeadTransform", "PRESETS", "preset_config"]
