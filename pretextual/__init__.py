@@ -2,7 +2,7 @@
 
 from pretextual.errors import (CheckpointError, ConfigError, DataError, EvaluationError,
                                PluginError, PretextualError)
-from pretextual.plugins.api import (BuildContext, Encoder, ExportedModel, ExporterSpec,
+from pretextual.plugins.api import (ArchitectureSpec, BuildContext, Encoder, ExportedModel, ExporterSpec,
                                     ExportOptions, ExportSummary, LoggerSpec, LRScheduleSpec,
                                     Objective, ObjectiveOutput, ObjectiveSpec, OptimizerSpec,
                                     StepInputs, TaskData, TaskSpec, Vocab)
@@ -12,7 +12,7 @@ from pretextual.run import train
 __version__ = "0.1.0"
 
 __all__ = [
-    "BuildContext", "CheckpointError", "ConfigError", "DataError", "Encoder", "EvaluationError",
+    "ArchitectureSpec", "BuildContext", "CheckpointError", "ConfigError", "DataError", "Encoder", "EvaluationError",
     "ExportedModel", "ExporterSpec", "ExportOptions", "ExportSummary", "LoggerSpec",
     "LRScheduleSpec", "Objective", "OptimizerSpec",
     "ObjectiveOutput", "ObjectiveSpec", "PluginError", "PretextualError", "StepInputs", "TaskData",

@@ -62,12 +62,15 @@ def export_graph(encoder: nn.Module, path: Path, external_data: bool) -> None:
                           external_data=external_data, verbose=False)
 
 
-def check_batches(vocab_size: int, pad_id: int, max_length: int) -> dict[str, dict[str, np.ndarray]]:
+def check_batches(vocab_size: int, pad_id: int, max_length: int, window: int | None = None
+                  ) -> dict[str, dict[str, np.ndarray]]:
     """Padded test batches, by name, of shapes other than the traced 2 x 8, with a
-    second segment (token_type_ids 1) in some rows."""
+    second segment (token_type_ids 1) in some rows; for a model with a local attention
+    ``window``, one batch longer than it too."""
     generator = torch.Generator().manual_seed(1)
     batches = {}
-    for rows in ([13, 9, 4], [5]):
+    longer = [[window + 9, window // 2]] if window and window + 9 <= max_length else []
+    for rows in ([13, 9, 4], [5], *longer):
         width = min(max(rows), max_length)
         ids = torch.randint(vocab_size, (len(rows), width), generator=generator)
         lengths = torch.tensor([min(n, width) for n in rows])
@@ -90,7 +93,8 @@ def compare_with_torch(session, encoder: nn.Module) -> dict[str, float]:
     """Max abs difference of every output, per test batch; raises PretextualError
     above TOLERANCE or when a fully masked row gives a non-finite value."""
     config = encoder.config
-    batches = check_batches(config.vocab_size, config.pad_token_id, config.max_position_embeddings)
+    batches = check_batches(config.vocab_size, config.pad_token_id, config.max_position_embeddings,
+                            getattr(config, "local_attention", None))
     diffs = {}
     for name, feed in batches.items():
         got = session.run(list(OUTPUTS), feed)
