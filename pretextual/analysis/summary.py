@@ -89,7 +89,8 @@ def summary_task_lines(trainer) -> list[str]:
     probes = TaskProbes([task], trainer.plugins, trainer.tokenizer,
                         trainer.cfg.data.max_seq_length, trainer.vocab.size)
     model, device = _local_model(trainer)
-    untrained = initial_encoder(trainer.encoder_config, trainer.cfg.trainer.seed).to(device)
+    untrained = initial_encoder(trainer.encoder_config, trainer.cfg.trainer.seed,
+                                trainer.plugins).to(device)
     (key,) = probes.keys
     final, first = probes(model.bert, device)[key], probes(untrained, device)[key]
     return [_downstream_line(trainer.out, key, final, first)]

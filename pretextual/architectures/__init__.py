@@ -52,9 +52,10 @@ def config_from_dict(name: str, fields: dict[str, Any]) -> Any:
     return architecture(name).config(**fields)
 
 
-def build_encoder(config: Any) -> nn.Module:
-    """A freshly initialised encoder of ``config``'s architecture."""
-    return architecture(config.architecture).model(config)
+def build_encoder(config: Any, plugins: Any = None) -> nn.Module:
+    """A freshly initialised encoder of ``config``'s architecture (as ``plugins``, default
+    the built-in and installed ones, registered it)."""
+    return architecture(config.architecture, plugins).model(config)
 
 
 def transformer_layers(encoder: nn.Module) -> nn.ModuleList:

@@ -3,11 +3,13 @@
 Pre-LayerNorm layers without biases, rotary position embeddings, a GeGLU feed-forward
 layer, a final LayerNorm, and attention that is global every
 ``global_attn_every_n_layers`` layers and a sliding window of ``local_attention`` tokens
-(half each side) in the others. Module and parameter names are those of Hugging Face's
-``ModernBertModel``, so a state dict moves between the two as it is and the same weights
-give the same outputs. Attention is ``F.scaled_dot_product_attention`` with a boolean
-mask folded into an additive one: padding, the local window and, for packed examples,
-the document each token belongs to.
+(half each side) in the others. Batches are unpadded, as in the paper: padding is dropped
+before the embeddings, so every linear layer and norm runs on the real tokens only, and
+attention alone sees them padded again, as ``F.scaled_dot_product_attention`` needs, with a
+boolean mask folded into an additive one: padding, the local window and, for packed
+examples, the document each token belongs to. Module and parameter names are those of
+Hugging Face's ``ModernBertModel``, so a state dict moves between the two as it is and the
+same weights give the same outputs.
 """
 
 from __future__ import annotations
@@ -94,6 +96,11 @@ def rotary(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.
     return angles.cos(), angles.sin()
 
 
+def repad(x: torch.Tensor, real: torch.Tensor, size: int) -> torch.Tensor:
+    """[tokens, d] rows placed at the flat positions ``real`` of ``size`` rows, zeros elsewhere."""
+    return x.new_zeros(size, x.shape[-1]).index_copy(0, real, x)
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [b, heads, n, d] rotated by the angles (computed in float32, as Hugging Face does)."""
     first, second = x.float().chunk(2, dim=-1)
@@ -122,18 +129,21 @@ class ModernBertAttention(nn.Module):
         self.dropout_p = config.attention_dropout
         self.out_drop = nn.Dropout(config.attention_dropout)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                attn_mask: torch.Tensor | None) -> torch.Tensor:
-        b, n, h = x.shape
-        qkv = self.Wqkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)  # each [b, heads, n, head_dim]
+    def forward(self, x: torch.Tensor, real: torch.Tensor, shape: tuple[int, int],
+                rope: tuple[torch.Tensor, torch.Tensor], attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """``x``: [tokens, hidden], the real tokens of a [b, n] batch at the flat positions
+        ``real``."""
+        (b, n), h = shape, x.shape[-1]
+        qkv = repad(self.Wqkv(x), real, b * n).view(b, n, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [b, heads, n, head_dim]
         cos, sin = rope
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if attn_mask is not None:
             attn_mask = attn_mask.to(q.dtype)  # autocast computes q in bf16, the mask must match
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                            dropout_p=self.dropout_p if self.training else 0.0)
-        return self.out_drop(self.Wo(y.transpose(1, 2).reshape(b, n, h)))
+        y = y.transpose(1, 2).reshape(b * n, h).index_select(0, real)
+        return self.out_drop(self.Wo(y))
 
 
 class ModernBertMLP(nn.Module):
@@ -166,8 +176,8 @@ class ModernBertEncoderLayer(nn.Module):
         self.mlp = ModernBertMLP(config)
         self.is_global = config.is_global(layer)
 
-    def forward(self, x, rope, attn_mask):
-        x = x + self.attn(self.attn_norm(x), rope, attn_mask)
+    def forward(self, x, real, shape, rope, attn_mask):
+        x = x + self.attn(self.attn_norm(x), real, shape, rope, attn_mask)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -229,8 +239,12 @@ class ModernBertModel(nn.Module):
         """``token_type_ids`` are accepted and ignored: ModernBERT has no segment embedding.
         ``document_ids`` (a packed batch's): each token attends within its own document
         only, and rotary positions restart at each."""
-        c, n = self.config, input_ids.shape[1]
-        x = self.embeddings(input_ids)
+        c, (b, n) = self.config, input_ids.shape
+        # The flat positions of the real tokens, found once (one device sync, as the paper's
+        # unpadding): all that follows runs on them.
+        real = (torch.arange(b * n, device=input_ids.device) if attention_mask is None
+                else attention_mask.flatten().nonzero().squeeze(1))
+        x = self.embeddings(input_ids.flatten().index_select(0, real))  # [tokens, hidden]
         positions = (torch.arange(n, device=x.device) if document_ids is None
                      else document_positions(document_ids)[:, None])  # [n] or [b, 1, n]
         head_dim = c.hidden_size // c.num_attention_heads
@@ -242,8 +256,8 @@ class ModernBertModel(nn.Module):
                                    None if is_global else c.local_attention // 2, n, x.device)
             masks[is_global] = None if allowed is None else attention_bias(allowed, x.dtype)
         for layer in self.layers:
-            x = layer(x, rope[layer.is_global], masks[layer.is_global])
-        x = self.final_norm(x)
+            x = layer(x, real, (b, n), rope[layer.is_global], masks[layer.is_global])
+        x = repad(self.final_norm(x), real, b * n).view(b, n, -1)  # padding positions are zeros
         return EncoderOutput(last_hidden_state=x, pooler_output=x[:, 0])
 
     def get_input_embeddings(self) -> nn.Embedding:

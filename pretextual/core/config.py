@@ -42,7 +42,7 @@ class ModelConfig:
     max_position_embeddings: int = 512
     """Size of the position table (at least data.max_seq_length)."""
     init_from: Optional[str] = None
-    """Start from trained weights: a pretextual run (its newest checkpoint), a checkpoint, an export, or a directory transformers saved (BertModel, BertForMaskedLM, BertForPreTraining). The sizes are its own (a model.* key set to another value is an error), its tokenizer becomes the run's unless data.tokenizer is set, each head of the run it has is loaded; the optimizer and step start fresh (not --resume)."""
+    """Start from trained weights: a pretextual run (its newest checkpoint), a checkpoint, an export, or a directory transformers saved (BertModel, BertForMaskedLM, BertForPreTraining, ModernBertModel, ModernBertForMaskedLM). The architecture and sizes are its own (a model.* key set to another value is an error), its tokenizer becomes the run's unless data.tokenizer is set, each head of the run it has is loaded; the optimizer and step start fresh (not --resume)."""
 
 
 @dataclass

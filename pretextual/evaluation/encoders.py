@@ -68,11 +68,12 @@ def untrained_twin(encoder: Encoder) -> Encoder:
                    init_seed=encoder.init_seed)
 
 
-def initial_encoder(config, seed: int) -> nn.Module:
-    """The encoder a run with ``trainer.seed=seed`` starts from (eval mode, frozen)."""
+def initial_encoder(config, seed: int, plugins=None) -> nn.Module:
+    """The encoder a run with ``trainer.seed=seed`` starts from (eval mode, frozen), of the
+    architecture ``plugins`` (default: the built-in and installed ones) registered."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = build_encoder(copy.deepcopy(config))
+        model = build_encoder(copy.deepcopy(config), plugins)
     return model.eval().requires_grad_(False)
 
 
