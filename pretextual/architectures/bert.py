@@ -2,10 +2,12 @@
 
 Module and parameter names follow Hugging Face's ``BertModel`` exactly, so a
 state dict moves between the two without renaming or reshaping and the same
-weights give the same outputs. Attention is ``F.scaled_dot_product_attention``,
-which picks a flash or memory-efficient kernel where the device has one.
-Accelerations (torch.compile) are applied to a built model
-from outside, by :mod:`pretextual.accel`; nothing here depends on the device.
+weights give the same outputs. Batches are unpadded: the layers run on the real tokens
+only, attention sees them padded again, and padding positions come out as zeros.
+Attention is ``F.scaled_dot_product_attention``, which picks a flash or
+memory-efficient kernel where the device has one. Accelerations (torch.compile) are
+applied to a built model from outside, by :mod:`pretextual.accel`; nothing here depends
+on the device.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pretextual.architectures.common import (EncoderOutput, allowed_keys, attention_bias,
-                                             document_positions)
+                                             document_positions, real_positions, repad)
 from pretextual.plugins.api import ArchitectureSpec
 from pretextual.plugins.hookspecs import hookimpl
 
@@ -104,16 +106,18 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        """``attn_mask``: None or an additive mask broadcastable to [b, heads, n, n]."""
-        b, n, h = x.shape
-        q, k, v = (proj(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+    def forward(self, x: torch.Tensor, real: torch.Tensor, shape: tuple[int, int],
+                attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """``x``: [tokens, hidden], the real tokens of a [b, n] batch at the flat positions
+        ``real``; ``attn_mask``: None or an additive mask broadcastable to [b, heads, n, n]."""
+        (b, n), h = shape, x.shape[-1]
+        q, k, v = (repad(proj(x), real, b * n).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
                    for proj in (self.query, self.key, self.value))  # each [b, heads, n, head_dim]
         if attn_mask is not None:
             attn_mask = attn_mask.to(q.dtype)  # autocast computes q in bf16, the mask must match
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                            dropout_p=self.dropout_p if self.training else 0.0)
-        return y.transpose(1, 2).reshape(b, n, h)
+        return y.transpose(1, 2).reshape(b * n, h).index_select(0, real)
 
 
 class BertSelfOutput(nn.Module):
@@ -135,8 +139,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config.hidden_size, config)
 
-    def forward(self, x, attn_mask):
-        return self.output(self.self(x, attn_mask), x)
+    def forward(self, x, real, shape, attn_mask):
+        return self.output(self.self(x, real, shape, attn_mask), x)
 
 
 class BertIntermediate(nn.Module):
@@ -157,8 +161,8 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertSelfOutput(config.intermediate_size, config)
 
-    def forward(self, x, attn_mask):
-        x = self.attention(x, attn_mask)
+    def forward(self, x, real, shape, attn_mask):
+        x = self.attention(x, real, shape, attn_mask)
         return self.output(self.intermediate(x), x)
 
 
@@ -167,14 +171,16 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-        """``key_mask``: None, a boolean mask broadcastable to [b, heads, n, n] (True: may
-        attend), or an additive one; a boolean one becomes an additive bias once, not once
-        per layer."""
+    def forward(self, x: torch.Tensor, real: torch.Tensor, shape: tuple[int, int],
+                key_mask: torch.Tensor | None) -> torch.Tensor:
+        """``x``: [tokens, hidden], the real tokens of a [b, n] batch at the flat positions
+        ``real`` (see BertModel.forward); ``key_mask``: None, a boolean mask broadcastable to
+        [b, heads, n, n] (True: may attend), or an additive one; a boolean one becomes an
+        additive bias once, not once per layer."""
         if key_mask is not None and key_mask.dtype == torch.bool:
             key_mask = attention_bias(key_mask, x.dtype)
         for layer in self.layer:
-            x = layer(x, key_mask)
+            x = layer(x, real, shape, key_mask)
         return x
 
 
@@ -229,12 +235,18 @@ class BertModel(nn.Module):
                 document_ids: torch.Tensor | None = None) -> EncoderOutput:
         """``document_ids`` (a packed batch's): each token attends within its own document
         only, and positions restart at each."""
+        b, n = input_ids.shape
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        positions = None if document_ids is None else document_positions(document_ids)
-        x = self.embeddings(input_ids, token_type_ids, positions)
-        mask = allowed_keys(attention_mask, document_ids, None, input_ids.shape[1], input_ids.device)
-        x = self.encoder(x, mask)
+        positions = (torch.arange(n, device=input_ids.device).expand(b, n) if document_ids is None
+                     else document_positions(document_ids))
+        # Unpadded: the padding is dropped before the embeddings, so every linear layer and
+        # LayerNorm runs on the real tokens only; attention alone sees them padded again.
+        real = real_positions(attention_mask, b, n, input_ids.device)
+        x = self.embeddings(*(t.flatten().index_select(0, real)
+                              for t in (input_ids, token_type_ids, positions)))
+        mask = allowed_keys(attention_mask, document_ids, None, n, input_ids.device)
+        x = repad(self.encoder(x, real, (b, n), mask), real, b * n).view(b, n, -1)
         return EncoderOutput(last_hidden_state=x, pooler_output=self.pooler(x))
 
     def get_input_embeddings(self) -> nn.Embedding:

@@ -42,6 +42,20 @@ def allowed_keys(attention_mask: torch.Tensor | None, document_ids: torch.Tensor
     return allowed
 
 
+def real_positions(attention_mask: torch.Tensor | None, batch: int, length: int,
+                   device: torch.device) -> torch.Tensor:
+    """The flat positions (row-major in [batch, length]) of the tokens that are not padding,
+    found once per forward pass: one device sync, as unpadding always costs."""
+    if attention_mask is None:
+        return torch.arange(batch * length, device=device)
+    return attention_mask.flatten().nonzero().squeeze(1)
+
+
+def repad(x: torch.Tensor, real: torch.Tensor, size: int) -> torch.Tensor:
+    """[tokens, d] rows placed at the flat positions ``real`` of ``size`` rows, zeros elsewhere."""
+    return x.new_zeros(size, x.shape[-1]).index_copy(0, real, x)
+
+
 def document_positions(document_ids: torch.Tensor) -> torch.Tensor:
     """[batch, seq] positions that restart at 0 where each document of a packed row begins."""
     index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)

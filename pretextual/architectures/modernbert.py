@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pretextual.architectures.common import (EncoderOutput, allowed_keys, attention_bias,
-                                             document_positions)
+                                             document_positions, real_positions, repad)
 from pretextual.plugins.api import ArchitectureSpec
 from pretextual.plugins.hookspecs import hookimpl
 
@@ -94,11 +94,6 @@ def rotary(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.
     angles = positions[..., None].float() * inv_freq
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
-
-
-def repad(x: torch.Tensor, real: torch.Tensor, size: int) -> torch.Tensor:
-    """[tokens, d] rows placed at the flat positions ``real`` of ``size`` rows, zeros elsewhere."""
-    return x.new_zeros(size, x.shape[-1]).index_copy(0, real, x)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -240,10 +235,7 @@ class ModernBertModel(nn.Module):
         ``document_ids`` (a packed batch's): each token attends within its own document
         only, and rotary positions restart at each."""
         c, (b, n) = self.config, input_ids.shape
-        # The flat positions of the real tokens, found once (one device sync, as the paper's
-        # unpadding): all that follows runs on them.
-        real = (torch.arange(b * n, device=input_ids.device) if attention_mask is None
-                else attention_mask.flatten().nonzero().squeeze(1))
+        real = real_positions(attention_mask, b, n, input_ids.device)  # all that follows runs on them
         x = self.embeddings(input_ids.flatten().index_select(0, real))  # [tokens, hidden]
         positions = (torch.arange(n, device=x.device) if document_ids is None
                      else document_positions(document_ids)[:, None])  # [n] or [b, 1, n]

@@ -31,6 +31,7 @@ class ExportEmbeddings(BertEmbeddings):
 
 class ExportSelfAttention(BertSelfAttention):
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """``x``: [b, n, hidden], padded: the graph stays in the shapes onnxruntime fuses."""
         b, n, h = x.shape
         q = self.query(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.key(x).view(b, n, self.num_heads, self.head_dim).permute(0, 2, 3, 1)
@@ -44,11 +45,16 @@ class ExportSelfAttention(BertSelfAttention):
 
 class ExportBertModel(BertModel):
     def forward(self, input_ids, attention_mask, token_type_ids, document_ids=None):
-        # An additive float mask: masked keys get the dtype's minimum, so a fully masked
-        # row gets a uniform (finite) attention in any runtime instead of NaN.
+        # Padded, not unpadded (data-dependent shapes defeat the fusions), with an additive
+        # float mask: masked keys get the dtype's minimum, so a fully masked row gets a
+        # uniform (finite) attention in any runtime instead of NaN.
         x = self.embeddings(input_ids, token_type_ids)
         blocked = 1.0 - attention_mask[:, None, None, :].to(x.dtype)
-        x = self.encoder(x, blocked * torch.finfo(x.dtype).min)
+        mask = blocked * torch.finfo(x.dtype).min
+        for layer in self.encoder.layer:
+            attention = layer.attention
+            x = attention.output(attention.self(x, mask), x)
+            x = layer.output(layer.intermediate(x), x)
         return EncoderOutput(last_hidden_state=x, pooler_output=self.pooler(x))
 
 

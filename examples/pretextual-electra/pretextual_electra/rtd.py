@@ -77,9 +77,12 @@ class Generator(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 where: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits at the ``where`` positions only: [n_where, vocab]."""
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        b, n = input_ids.shape
+        positions = torch.arange(n, device=input_ids.device)
         x = self.embeddings_norm(self.word_embeddings(input_ids) + self.position_embeddings(positions))
-        x = self.encoder(self.project(x), attention_mask.bool()[:, None, None, :])
+        every = torch.arange(b * n, device=input_ids.device)  # BertEncoder's flat token positions
+        x = self.encoder(self.project(x).flatten(0, 1), every, (b, n),
+                         attention_mask.bool()[:, None, None, :]).view(b, n, -1)
         h = self.LayerNorm(F.gelu(self.dense(x[where])))
         return F.linear(h, self.word_embeddings.weight, self.bias)
 
