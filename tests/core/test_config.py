@@ -57,7 +57,7 @@ def test_yaml_file_and_delete_override(tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (["trainer.max_step=3"], r"trainer\.max_step.*Did you mean"),
     (["data.batch_size=many"], r"data\.batch_size"),
-    (["model.preset=gigantic"], r"model\.preset: unknown preset 'gigantic'"),
+    (["model.preset=gigantic"], r"model\.preset: bert has no preset 'gigantic' \(known: tiny, mini"),
     (["data.max_seq_length=1024"], r"data\.max_seq_length \(1024\) exceeds"),
     (["~objectives.mlm"], r"objectives: no objective selected"),
     (["notakey"], r"notakey: expected key=value"),
