@@ -95,3 +95,16 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
 
 def write_topic_task(path: Path, **kwargs) -> Path:
     return write_rows(path, topic_rows(**kwargs))
+
+
+def save_wordpiece_for_transformers(corpus: Path, out: Path):
+    """A 300-piece WordPiece tokenizer trained on ``corpus``, saved to ``out`` as transformers'
+    save_pretrained writes a BERT tokenizer; returns transformers' tokenizer."""
+    import transformers
+    from pretextual.core.tokenizer import train_wordpiece
+    tokenizer = train_wordpiece(corpus.read_text().splitlines(), 300)
+    fast = transformers.BertTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]",
+                                          sep_token="[SEP]", pad_token="[PAD]",
+                                          cls_token="[CLS]", mask_token="[MASK]")
+    fast.save_pretrained(out)
+    return fast

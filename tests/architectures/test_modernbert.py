@@ -18,11 +18,10 @@ from pretextual.architectures.common import allowed_keys, attention_bias
 from pretextual.architectures.modernbert import rotary
 from pretextual.core.config import load_config
 from pretextual.core.mix import PretrainingModel
-from pretextual.core.tokenizer import train_wordpiece
 from pretextual.core.trainer import Trainer
 from pretextual.objectives.mlm import MLMHead
 from pretextual.run import trainer_for
-from run_helpers import tiny_overrides
+from run_helpers import save_wordpiece_for_transformers, tiny_overrides
 
 SPEC = architecture("modernbert")
 WINDOW = 16  # local_attention: the test length (40) is longer than it
@@ -175,14 +174,10 @@ def test_onnxruntime_matches_torch_beyond_the_local_window(tmp_path):
 def hf_modernbert(corpus_file, tmp_path_factory):
     """A small ModernBertForMaskedLM and a WordPiece tokenizer, as transformers saves them."""
     out = tmp_path_factory.mktemp("hf-modernbert")
-    tokenizer = train_wordpiece(corpus_file.read_text().splitlines(), 300)
-    fast = transformers.BertTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]",
-                                          sep_token="[SEP]", pad_token="[PAD]",
-                                          cls_token="[CLS]", mask_token="[MASK]")
-    fast.save_pretrained(out)
+    fast = save_wordpiece_for_transformers(corpus_file, out)
     torch.manual_seed(3)
     config = transformers.ModernBertConfig(
-        vocab_size=tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=96,
+        vocab_size=len(fast), hidden_size=64, intermediate_size=96,
         num_hidden_layers=3, num_attention_heads=4, local_attention=16, max_position_embeddings=64,
         pad_token_id=fast.pad_token_id, cls_token_id=fast.cls_token_id, sep_token_id=fast.sep_token_id,
         bos_token_id=fast.cls_token_id, eos_token_id=fast.sep_token_id)

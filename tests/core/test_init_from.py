@@ -11,23 +11,18 @@ import transformers
 
 from pretextual.cli import main
 from pretextual.core.config import load_config
-from pretextual.core.tokenizer import train_wordpiece
 from pretextual.run import trainer_for
 from pretextual.errors import ConfigError
-from run_helpers import tiny_overrides
+from run_helpers import save_wordpiece_for_transformers, tiny_overrides
 
 
 @pytest.fixture(scope="module")
 def hf_mlm(corpus_file, tmp_path_factory):
     """A small BertForMaskedLM and its tokenizer, as transformers' save_pretrained writes them."""
     out = tmp_path_factory.mktemp("hf-mlm")
-    tokenizer = train_wordpiece(corpus_file.read_text().splitlines(), 300)
-    fast = transformers.BertTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]",
-                                          sep_token="[SEP]", pad_token="[PAD]",
-                                          cls_token="[CLS]", mask_token="[MASK]")
-    fast.save_pretrained(out)
+    fast = save_wordpiece_for_transformers(corpus_file, out)
     torch.manual_seed(3)
-    config = transformers.BertConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=64,
+    config = transformers.BertConfig(vocab_size=len(fast), hidden_size=64,
                                      num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=128, max_position_embeddings=64)
     transformers.BertForMaskedLM(config).save_pretrained(out)
