@@ -199,6 +199,9 @@ class Trainer:
         if t.max_tokens is not None:
             per_step = tokens_per_step(self.train_batches, t.grad_accum_steps, self.world.world_size)
             t.max_steps = steps_for_tokens(t.max_tokens, per_step)
+            if not t.phases:  # the one phase is the run: as long as the budget now says
+                self.phases = phases.plan(cfg)
+                self.phase = self.phases[0]
             self.log(f"trainer.max_tokens={t.max_tokens:,}: about {t.max_steps:,} steps of "
                      f"{per_step:,.0f} tokens, the length the schedule is sized to")
         self.optimizer = plugin_call(f"trainer.optimizer={t.optimizer}", "build()", self._optimizer,

@@ -2,6 +2,7 @@
 budget or passes its time budget, its schedule sized to it, and resumes exactly."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -23,9 +24,12 @@ def _train(corpus_file, cache_dir, run, *extra, steps=1000):
     assert main(["train", "roberta", *overrides, *extra]) == 0
 
 
-def test_a_token_budget_stops_at_the_step_that_reaches_it(corpus_file, cache_dir, tmp_path):
+def test_a_token_budget_stops_at_the_step_that_reaches_it(corpus_file, cache_dir, tmp_path, capsys):
     run = tmp_path / "run"
     _train(corpus_file, cache_dir, run, "trainer.max_tokens=3000", "trainer.checkpoint_every=1000")
+    said = "".join(capsys.readouterr())
+    planned = re.search(r"trainer.max_tokens=3,000: about (\d+) steps", said).group(1)
+    assert f"| {planned} steps x 8 examples" in said  # the data line reads the budget's steps
     steps = [r for r in _records(run) if "loss" in r]
     tokens = np.cumsum([r["tokens"] for r in steps])
     assert tokens[-1] >= 3000 > tokens[-2]
