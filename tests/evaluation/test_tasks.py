@@ -103,7 +103,7 @@ def test_a_model_of_another_architecture_is_one_line(tmp_path, capsys, topic_tas
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "roberta", "hidden_size": 8}))
     line = _error(capsys, "evaluate", model, "--task", topic_task)
-    assert "config.json" in line and "model_type is 'roberta', not 'bert'" in line
+    assert "config.json" in line and "model_type is 'roberta', not one of 'bert', 'modernbert'" in line
     assert "no such model directory" in _error(capsys, "evaluate", tmp_path / "none", "--task", topic_task)
 
 

@@ -131,7 +131,8 @@ def test_onnx_takes_exactly_what_the_tokenizer_returns(runs, kind):
     last, pooled = session.run(["last_hidden_state", "pooler_output"], feed)
     with torch.no_grad():
         expected = reference_model(run).bert(**{k: torch.from_numpy(v) for k, v in feed.items()})
-    assert np.abs(last - expected.last_hidden_state.numpy()).max() <= ONNX_TOLERANCE
+    real = feed["attention_mask"].astype(bool)  # padding positions are meaningless
+    assert np.abs(last - expected.last_hidden_state.numpy())[real].max() <= ONNX_TOLERANCE
     assert np.abs(pooled - expected.pooler_output.numpy()).max() <= ONNX_TOLERANCE
 
 

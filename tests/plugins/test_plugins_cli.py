@@ -12,7 +12,7 @@ from pretextual.plugins.manager import ENV_LOAD_PLUGINS
 
 ELECTRA = {"name": "electra", "package": "pretextual-electra", "version": "0.1.0",
            "hooks": ["pretextual_register_objectives"], "objectives": ["rtd"], "exporters": [],
-           "tasks": [], "loggers": [], "optimizers": [], "lr_schedules": []}
+           "tasks": [], "loggers": [], "optimizers": [], "lr_schedules": [], "architectures": []}
 
 
 def test_json_lists_the_installed_example_next_to_the_built_ins(electra):
@@ -60,7 +60,7 @@ def test_objectives_exporters_and_hooks_are_listed(fake_plugin, monkeypatch, cap
                            "hooks": ["pretextual_on_eval", "pretextual_register_exporters",
                                      "pretextual_register_objectives"],
                            "objectives": ["toy"], "exporters": ["toy-format", "toy-format-2"],
-                           "tasks": [], "loggers": [], "optimizers": [], "lr_schedules": []}
+                           "tasks": [], "loggers": [], "optimizers": [], "lr_schedules": [], "architectures": []}
     assert main(["plugins"]) == 0
     assert [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("toy")] == [
         ["toy", "toy-kit", "0.1", "toy", "toy-format,toy-format-2",
