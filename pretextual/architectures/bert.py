@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pretextual.architectures.common import (EncoderOutput, allowed_keys, attention_bias,
-                                             document_positions, real_positions, repad)
+                                             document_positions, real_positions, repad, unpad)
 from pretextual.plugins.api import ArchitectureSpec
 from pretextual.plugins.hookspecs import hookimpl
 
@@ -117,7 +117,7 @@ class BertSelfAttention(nn.Module):
             attn_mask = attn_mask.to(q.dtype)  # autocast computes q in bf16, the mask must match
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                            dropout_p=self.dropout_p if self.training else 0.0)
-        return y.transpose(1, 2).reshape(b * n, h).index_select(0, real)
+        return unpad(y.transpose(1, 2).reshape(b * n, h), real)
 
 
 class BertSelfOutput(nn.Module):
@@ -243,7 +243,9 @@ class BertModel(nn.Module):
         # Unpadded: the padding is dropped before the embeddings, so every linear layer and
         # LayerNorm runs on the real tokens only; attention alone sees them padded again.
         real = real_positions(attention_mask, b, n, input_ids.device)
-        x = self.embeddings(*(t.flatten().index_select(0, real)
+        if len(real) == b * n:  # no padding: no key mask, and SDPA runs its unmasked kernel
+            attention_mask = None
+        x = self.embeddings(*(unpad(t.flatten(), real)
                               for t in (input_ids, token_type_ids, positions)))
         mask = allowed_keys(attention_mask, document_ids, None, n, input_ids.device)
         x = repad(self.encoder(x, real, (b, n), mask), real, b * n).view(b, n, -1)

@@ -44,16 +44,23 @@ def allowed_keys(attention_mask: torch.Tensor | None, document_ids: torch.Tensor
 
 def real_positions(attention_mask: torch.Tensor | None, batch: int, length: int,
                    device: torch.device) -> torch.Tensor:
-    """The flat positions (row-major in [batch, length]) of the tokens that are not padding,
-    found once per forward pass: one device sync, as unpadding always costs."""
+    """The flat positions (row-major in [batch, length], ascending) of the tokens that are
+    not padding, found once per forward pass: one device sync, as unpadding always costs."""
     if attention_mask is None:
         return torch.arange(batch * length, device=device)
     return attention_mask.flatten().nonzero().squeeze(1)
 
 
+def unpad(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The rows of [b * n, d] ``x`` at the flat positions ``real`` (``x`` itself when no
+    position is padding: nothing to drop, nothing to copy)."""
+    return x if len(real) == len(x) else x.index_select(0, real)
+
+
 def repad(x: torch.Tensor, real: torch.Tensor, size: int) -> torch.Tensor:
-    """[tokens, d] rows placed at the flat positions ``real`` of ``size`` rows, zeros elsewhere."""
-    return x.new_zeros(size, x.shape[-1]).index_copy(0, real, x)
+    """[tokens, d] rows placed at the flat positions ``real`` of ``size`` rows, zeros
+    elsewhere (``x`` itself when there is no padding)."""
+    return x if len(real) == size else x.new_zeros(size, x.shape[-1]).index_copy(0, real, x)
 
 
 def document_positions(document_ids: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pretextual.architectures.common import (EncoderOutput, allowed_keys, attention_bias,
-                                             document_positions, real_positions, repad)
+                                             document_positions, real_positions, repad, unpad)
 from pretextual.plugins.api import ArchitectureSpec
 from pretextual.plugins.hookspecs import hookimpl
 
@@ -137,7 +137,7 @@ class ModernBertAttention(nn.Module):
             attn_mask = attn_mask.to(q.dtype)  # autocast computes q in bf16, the mask must match
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                            dropout_p=self.dropout_p if self.training else 0.0)
-        y = y.transpose(1, 2).reshape(b * n, h).index_select(0, real)
+        y = unpad(y.transpose(1, 2).reshape(b * n, h), real)
         return self.out_drop(self.Wo(y))
 
 
@@ -234,9 +234,17 @@ class ModernBertModel(nn.Module):
         """``token_type_ids`` are accepted and ignored: ModernBERT has no segment embedding.
         ``document_ids`` (a packed batch's): each token attends within its own document
         only, and rotary positions restart at each."""
-        c, (b, n) = self.config, input_ids.shape
+        b, n = input_ids.shape
         real = real_positions(attention_mask, b, n, input_ids.device)  # all that follows runs on them
-        x = self.embeddings(input_ids.flatten().index_select(0, real))  # [tokens, hidden]
+        if len(real) == b * n:  # no padding: no key mask, and SDPA runs its unmasked kernel
+            attention_mask = None
+        return self.encode(input_ids, real, attention_mask, document_ids)
+
+    def encode(self, input_ids: torch.Tensor, real: torch.Tensor,
+               attention_mask: torch.Tensor | None, document_ids: torch.Tensor | None) -> EncoderOutput:
+        """The forward pass on the tokens at the flat positions ``real`` of the batch."""
+        c, (b, n) = self.config, input_ids.shape
+        x = self.embeddings(unpad(input_ids.flatten(), real))  # [tokens, hidden]
         positions = (torch.arange(n, device=x.device) if document_ids is None
                      else document_positions(document_ids)[:, None])  # [n] or [b, 1, n]
         head_dim = c.hidden_size // c.num_attention_heads

@@ -4,8 +4,9 @@ The same function as the plain encoder, written as the graph patterns onnxruntim
 recognises: for BERT, attention as matmul / scale / add mask / softmax / matmul (fused
 into its Attention kernel; ``F.scaled_dot_product_attention`` exports as a pattern it
 does not fuse), [batch, seq] position ids (what its embedding fusion reads) and a float
-mask built once. Applied to a copy of the encoder, by class swap, so the trained model
-is untouched; an architecture with no swaps here (ModernBERT) exports as it is.
+mask built once; for both, every position padded (unpadding would give the graph
+data-dependent shapes). Applied to a copy of the encoder, by class swap, so the trained
+model is untouched; an architecture with no swaps here exports as it is.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import nn
 
 from pretextual.architectures.bert import BertEmbeddings, BertModel, BertSelfAttention
 from pretextual.architectures.common import EncoderOutput
+from pretextual.architectures.modernbert import ModernBertModel
 
 
 class ExportEmbeddings(BertEmbeddings):
@@ -58,8 +60,16 @@ class ExportBertModel(BertModel):
         return EncoderOutput(last_hidden_state=x, pooler_output=self.pooler(x))
 
 
+class ExportModernBertModel(ModernBertModel):
+    def forward(self, input_ids, attention_mask, token_type_ids, document_ids=None):
+        # Every position, padding included, and the padding mask always: finding the real
+        # tokens would give the graph data-dependent shapes.
+        every = torch.arange(input_ids.numel(), device=input_ids.device)
+        return self.encode(input_ids, every, attention_mask, document_ids)
+
+
 SWAPS = {BertModel: ExportBertModel, BertEmbeddings: ExportEmbeddings,
-         BertSelfAttention: ExportSelfAttention}
+         BertSelfAttention: ExportSelfAttention, ModernBertModel: ExportModernBertModel}
 
 
 def export_form(encoder: nn.Module) -> nn.Module:
