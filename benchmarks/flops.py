@@ -201,3 +201,53 @@ def step_gemms(layers: int, hidden: int, heads: int, intermediate: int, vocab: i
             torch.bmm(p.transpose(1, 2), q)  # d keys
         return flops
     return run
+
+
+# --- ModernBERT ------------------------------------------------------------------------------------
+
+def modernbert_layer_parameters(hidden: int, intermediate: int) -> int:
+    """One ModernBERT layer without biases: Wqkv and Wo, GeGLU's Wi (input and gate) and Wo,
+    2 LayerNorm weights (layer 0 has no attn_norm; counted anyway, a rounding error)."""
+    return 4 * hidden * hidden + 3 * hidden * intermediate + 2 * hidden
+
+
+def modernbert_head_parameters(hidden: int, vocab: int) -> int:
+    """ModernBERT's MLM head: dense (no bias), LayerNorm weight, the tied decoder with its bias."""
+    return hidden * hidden + hidden + hidden * vocab + vocab
+
+
+def attended_keys(length: int, window: int | None) -> int:
+    """Query-key pairs of a sequence of ``length`` with every key (window None) or the
+    keys at most ``window`` positions away (a local layer's)."""
+    if window is None or window >= length - 1:
+        return length * length
+    return sum(min(length, q + window + 1) - max(0, q - window) for q in range(length))
+
+
+@dataclass(frozen=True)
+class ModernBertStepWork:
+    """What one ModernBERT MLM training step computed usefully: as StepWork counts it,
+    with each local layer's attention over its window only and ``predictions`` rows
+    through the head (every position for a dense head)."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    sequence_lengths: tuple[int, ...]
+    predictions: int
+    global_every: int = 3
+    local_attention: int = 128
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.sequence_lengths)
+
+    def flops(self) -> float:
+        dense = 6 * self.layers * modernbert_layer_parameters(self.hidden, self.intermediate) * self.tokens
+        attention = 0
+        for layer in range(self.layers):
+            window = None if layer % self.global_every == 0 else self.local_attention // 2
+            attention += sum(12 * self.hidden * attended_keys(n, window) for n in self.sequence_lengths)
+        head = 6 * modernbert_head_parameters(self.hidden, self.vocab) * self.predictions
+        return float(dense + attention + head)

@@ -30,9 +30,10 @@ from benchmarks.report import Report
 from benchmarks.timing import OtherLoad, load_average, machine_info
 from benchmarks.workloads import REFERENCE, SMOKE, Workspace
 
-SECTIONS = ("train", "e2e", "mask", "onnx", "prep", "quality")
+SECTIONS = ("train", "e2e", "mask", "onnx", "prep", "quality", "modernbert", "attention")
 """train: comparisons 1 (synthetic step) and 4 (MFU); e2e: comparison 1 on real text;
-mask: 2; onnx: 3; prep: 5; quality: 6 (time to quality)."""
+mask: 2; onnx: 3; prep: 5; quality: 6 (time to quality); modernbert: 7 (ModernBERT's
+training step and MFU); attention: 8 (document-masked attention kernels)."""
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
@@ -87,6 +88,20 @@ NOTES = [
     "frozen-feature probe of the python-packages task (held-out stdlib docstring sentences, "
     "8 classes, grouped cross-validation), same splits and seeds for all. Time to a score is "
     "interpolated linearly between checkpoints; see `benchmarks/quality.py`.",
+    "ModernBERT training step (7): pretextual's `Trainer` with `model.architecture=modernbert` "
+    "(the `roberta` recipe: MLM only, logits at the labelled positions only) at the reference "
+    "sizes with ModernBERT's intermediate ratio (1.5x hidden), against transformers' "
+    "`ModernBertForMaskedLM` (`attn_implementation=\"sdpa\"`) on the same masked batch, stepped "
+    "as in comparison 1, in processes of its own given pretextual's allocator setting: once as "
+    "configured by default (`sparse_prediction=False`, logits at every position) and once with "
+    "`sparse_prediction=True` (equal FLOPs). The FLOP-ratio ceiling is transformers' FLOPs per "
+    "step over pretextual's (`benchmarks/flops.py` ModernBertStepWork: local layers count their "
+    "window only): the speed-up fewer FLOPs alone would give at equal efficiency. See "
+    "`benchmarks/modernbert.py`.",
+    "Document attention (8): `F.scaled_dot_product_attention` with a dense block-diagonal mask "
+    "(boolean, and additive as the model passes it) against FlexAttention with a BlockMask "
+    "(`torch.compile`d, and eager), on random tensors with about four documents per row; the "
+    "call alone, and the building of each mask from document ids. See `benchmarks/attention.py`.",
     "Interleaving: every case runs once per round, rounds alternate the order, and each case "
     f"starts after {REFERENCE.settle} s of idle, so the threads the previous case left spinning (OpenMP's, "
     "onnxruntime's), in this process or another, are asleep; without it onnxruntime measured "
@@ -197,10 +212,13 @@ def main(argv: list[str] | None = None) -> Report:
 
 def _runners():
     from benchmarks.inference import onnx_inference
+    from benchmarks.attention import document_attention
     from benchmarks.masking import masking
+    from benchmarks.modernbert import modernbert_training_step
     from benchmarks.prep import preparation
     from benchmarks.quality import time_to_quality
     from benchmarks.train import end_to_end, training_step
 
     return {"train": training_step, "e2e": end_to_end, "mask": masking, "onnx": onnx_inference,
-            "prep": preparation, "quality": time_to_quality}
+            "prep": preparation, "quality": time_to_quality,
+            "modernbert": modernbert_training_step, "attention": document_attention}

@@ -33,7 +33,9 @@ def test_smoke_run_writes_every_comparison(tmp_path):
                 "masking, MLM 80/10/10", "masking, whole-word masking",
                 "inference latency, batch 1", "ONNX fused, dynamic int8", "model FLOP utilisation",
                 "model FLOP utilisation ceiling, bf16: the step's matmuls alone",
-                "corpus preparation"):
+                "corpus preparation", "ModernBERT training step, fp32, against transformers' default",
+                "ModernBERT training step, fp32, against transformers with sparse_prediction=True",
+                "document attention, forward + backward"):
         assert row in text, row
     # The table printed on stdout is the one written to the file.
     assert text.strip() in result.stdout
