@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pretextual.cli import main
+from pretextual.core.config import DEFAULT_RECIPE
 from run_helpers import tiny_overrides, write_topic_task
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -63,8 +64,8 @@ def test_the_readmes_commands_work_one_after_another_in_a_fresh_directory(
         extra = _fast(corpus_file, cache_dir) if command[0] in ("train", "config") else []
         assert main(command + extra) == 0, " ".join(command)
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir() if p.name != "latest")
-    recipes = [c[1] if len(c) > 1 and "=" not in c[1] and not c[1].startswith("~") else "bert"
-               for c in trains]
+    recipes = [c[1] if len(c) > 1 and "=" not in c[1] and not c[1].startswith("~")
+               else DEFAULT_RECIPE for c in trains]
     assert [re.sub(r"-\d{8}-\d{6}(-\d+)?$", "", r) for r in runs] == sorted(recipes)
     printed = re.findall(r"^run directory: (\S+)$", capsys.readouterr().out, re.M)
     assert sorted(Path(p).name for p in printed) == runs

@@ -273,7 +273,7 @@ SCHEDULES: dict[str, Callable[[WeightSchedule, int], float]] = {
     "constant": _constant, "linear": _linear, "step": _step}
 """The weight schedules by name (objectives.<name>.schedule): schedule, step -> weight."""
 RECIPES_PACKAGE = "pretextual.configs"
-DEFAULT_RECIPE = "bert"
+DEFAULT_RECIPE = "modernbert"
 
 
 def recipe_names() -> list[str]:

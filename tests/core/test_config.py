@@ -27,9 +27,12 @@ def mix(*overrides, recipe="roberta"):
     return ObjectiveMix(check_objectives(cfg.objectives, Plugins()), context)
 
 
-def test_recipes_are_shipped_and_default_is_bert():
-    assert {"bert", "roberta", "albert", "spanbert"} <= set(recipe_names())
-    assert set(load_config().objectives) == {"mlm", "nsp"}
+def test_recipes_are_shipped_and_default_is_modernbert():
+    assert {"modernbert", "bert", "roberta", "albert", "spanbert"} <= set(recipe_names())
+    default = load_config()
+    assert set(default.objectives) == {"mlm"} and default.model.architecture == "modernbert"
+    assert set(load_config("bert").objectives) == {"mlm", "nsp"}
+    assert load_config("bert").model.architecture == "bert"
     assert set(load_config("spanbert").objectives) == {"span"}
 
 
