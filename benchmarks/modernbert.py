@@ -22,10 +22,9 @@ from benchmarks.report import Report, Row, fmt_rate, fmt_ratio
 from benchmarks.timing import for_at_least, interleave
 from benchmarks.train import (cpu_share_line, hf_step, pretextual_step,
                               require_allocator_setting)
-from benchmarks.workloads import (OptimizerSpec, Workspace, optimizer_description,
-                                  synthetic_pair_batch, to_device)
+from benchmarks.workloads import (OptimizerSpec, Workspace, masked_step, optimizer_description,
+                                  to_device)
 from pretextual.accel.allocator import keep_freed_memory
-from pretextual.objectives.masking import IGNORE_INDEX
 
 SIDES = {"hf": False, "hf sparse": True}
 """transformers' processes: name -> sparse_prediction."""
@@ -77,19 +76,15 @@ def modernbert_training_step(ws: Workspace, report: Report) -> None:
     if trainer.mix.names != ["mlm"] or config.architecture != "modernbert":
         raise RuntimeError(f"expected a modernbert MLM run, got {config.architecture} "
                            f"with {trainer.mix.names}")
-    generator = torch.Generator().manual_seed(1)
-    masked = trainer.mix.batch_transform(synthetic_pair_batch(s, ws.vocab), generator)
-    batch = to_device(masked, device)
-    predictions = int((batch["mlm_labels"] != IGNORE_INDEX).sum())
-    tokens = s.batch * s.seq
-    max_norm = trainer.cfg.trainer.max_grad_norm
-    optimizer = OptimizerSpec.of(trainer.optimizer)
+    step = masked_step(trainer, s, ws.vocab, device)
+    batch, predictions, tokens = step.batch, step.predictions, step.tokens
+    max_norm, optimizer = step.max_norm, step.optimizer
     precisions = ws.precisions
 
     with contextlib.ExitStack() as stack:
         sides = {name: stack.enter_context(Isolated(
             "benchmarks.modernbert:hf_modernbert_side", config, ws.vocab,
-            {k: v.clone() for k, v in masked.items()}, optimizer, max_norm, device, sparse,
+            {k: v.clone() for k, v in step.host_batch.items()}, optimizer, max_norm, device, sparse,
             s.round_seconds, threads=torch.get_num_threads())) for name, sparse in SIDES.items()}
         for side in sides.values():
             require_allocator_setting(side.call("allocator"))

@@ -20,9 +20,8 @@ from benchmarks.report import Report, Row, fmt_rate, fmt_ratio
 from benchmarks.timing import for_at_least, interleave
 from benchmarks.isolated import Isolated
 from benchmarks.workloads import (OptimizerSpec, Workspace, hf_config, hf_model, hf_tokenizer,
-                                  optimizer_description, synthetic_pair_batch, to_device)
+                                  masked_step, optimizer_description, to_device)
 from pretextual.accel.allocator import keep_freed_memory
-from pretextual.objectives.masking import IGNORE_INDEX
 
 
 
@@ -107,13 +106,9 @@ def training_step(ws: Workspace, report: Report) -> None:
     # smoke sizes, where test_step_equivalence checks its losses).
     variants = {} if s.smoke else {"compiled": ws.trainer("bert", "trainer.compile=true")}
     precisions = ws.precisions
-    generator = torch.Generator().manual_seed(1)
-    masked = trainer.mix.batch_transform(synthetic_pair_batch(s, ws.vocab), generator)
-    batch = to_device(masked, device)
-    predictions = int((batch["mlm_labels"] != IGNORE_INDEX).sum())
-    tokens = s.batch * s.seq
-    max_norm = trainer.cfg.trainer.max_grad_norm
-    optimizer = OptimizerSpec.of(trainer.optimizer)
+    step = masked_step(trainer, s, ws.vocab, device)
+    batch, predictions, tokens = step.batch, step.predictions, step.tokens
+    max_norm, optimizer = step.max_norm, step.optimizer
 
     def pt(bf16, t=trainer):
         return for_at_least(lambda: (pretextual_step(t, batch, bf16), tokens)[1], s.round_seconds)
@@ -122,7 +117,7 @@ def training_step(ws: Workspace, report: Report) -> None:
         # A copy for each child: pickling for a child moves a tensor's storage to shared memory.
         sides = {name: stack.enter_context(Isolated(
             "benchmarks.train:hf_pretraining_side", s, ws.vocab,
-            {k: v.clone() for k, v in masked.items()}, optimizer, max_norm, device, keep,
+            {k: v.clone() for k, v in step.host_batch.items()}, optimizer, max_norm, device, keep,
             threads=torch.get_num_threads())) for name, keep in HF_SIDES.items()}
         require_allocator_setting(sides["hf+alloc"].call("allocator"))
         cases = {}

@@ -274,3 +274,27 @@ def word_starts_of(encoding_word_ids: list) -> np.ndarray:
         w = encoding_word_ids[j]
         starts[j] = w is None or w != encoding_word_ids[j - 1]
     return starts
+
+
+@dataclass
+class MaskedStep:
+    """What a training-step comparison steps: one masked synthetic batch on the host and on
+    the device, its MLM predictions and tokens, and the trainer's clipping norm and optimizer."""
+
+    host_batch: Batch
+    batch: Batch
+    predictions: int
+    tokens: int
+    max_norm: float
+    optimizer: OptimizerSpec
+
+
+def masked_step(trainer, sizes: Sizes, vocab: Vocab, device: torch.device) -> MaskedStep:
+    """The trainer's objective mix applied (with a fixed seed) to the synthetic pair batch."""
+    from pretextual.objectives.masking import IGNORE_INDEX
+    generator = torch.Generator().manual_seed(1)
+    host_batch = trainer.mix.batch_transform(synthetic_pair_batch(sizes, vocab), generator)
+    batch = to_device(host_batch, device)
+    return MaskedStep(host_batch, batch, int((batch["mlm_labels"] != IGNORE_INDEX).sum()),
+                      sizes.batch * sizes.seq, trainer.cfg.trainer.max_grad_norm,
+                      OptimizerSpec.of(trainer.optimizer))
