@@ -1,16 +1,18 @@
-"""Comparison 6, time to quality: the same model trained on the same corpus for the same
+"""Comparison 6, time to quality: models of one size trained on the same corpus for the same
 wall-clock budget by pretextual and by what a Hugging Face user runs, each checkpoint
-scored downstream by ``pretextual evaluate`` (the frozen-feature probe of the
-python-packages task, same splits and seeds for every model).
+scored downstream by ``pretextual evaluate`` (the frozen-feature probe of the word-order
+task, same splits and seeds for every model).
 
-pretextual: ``Trainer`` with the ``roberta`` recipe (MLM only, sentences packed up to the
-sequence length), its default learning rate and the default share of warm-up steps
-(trainer.warmup_steps=20 of trainer.max_steps=200), the steps sized to the budget.
-Hugging Face: ``BertForMaskedLM`` + ``DataCollatorForLanguageModeling`` (mlm_probability
-0.15) + ``transformers.Trainer`` on line-by-line examples (one sentence each, as run_mlm.py
---line_by_line builds them), in a process of its own; the same tokenizer, batch size,
-warm-up share, linear decay, AdamW settings and gradient clipping, and a learning rate of
-its own (HF_LR).
+pretextual: ``Trainer`` with the main job's recipe (:data:`RECIPE`: ModernBERT's tiny preset,
+MLM only, sentences packed up to the sequence length, document attention), its default
+learning rate and share of warm-up steps, the steps sized to the budget.
+Hugging Face, one arm per model class (:data:`HF_ARMS`): ``DataCollatorForLanguageModeling``
+(mlm_probability 0.15) + ``transformers.Trainer`` on line-by-line examples (one sentence
+each, as run_mlm.py --line_by_line builds them), in a process of its own, training
+``ModernBertForMaskedLM`` with the config pretextual's encoder exports as (the same model)
+and ``BertForMaskedLM`` with the ``bert`` recipe's tiny preset (the same parameter count
+within 1%); the same tokenizer, batch size, warm-up share, linear decay, AdamW settings and
+gradient clipping, and each arm's peak learning rate.
 
 Each side first measures its seconds per step (a short run of its own, thrown away), so
 that its learning-rate schedule ends at the budget, then trains from a fresh model. Its
@@ -32,12 +34,15 @@ import torch
 
 from benchmarks.isolated import Isolated
 from benchmarks.report import Report, Row
-from benchmarks.workloads import QUALITY, Sizes, Workspace, hf_model, hf_tokenizer
+from benchmarks.workloads import QUALITY, Sizes, Workspace, hf_tokenizer
+from pretextual.core.config import DEFAULT_RECIPE
 from pretextual.plugins.hookspecs import hookimpl
 
-RECIPE = "roberta"
-"""MLM only: the objective BertForMaskedLM trains."""
-TASK = "python-packages"
+RECIPE = DEFAULT_RECIPE
+"""The main job's recipe: MLM only, the objective the Hugging Face classes train."""
+TASK = "word-order"
+"""Word order, not vocabulary, separates a pretrained encoder's frozen features from an
+untrained one's at this scale (docs/evaluation.md); python-packages' probe does not."""
 FRACTIONS = (0.05, 0.1, 0.2, 1 / 3, 0.4, 0.6, 0.8, 1.0)
 """Where in the budget each side writes a checkpoint (1/3: the issue's goal)."""
 SMOKE_FRACTIONS = (0.5, 1.0)
@@ -61,10 +66,27 @@ WARMUP_SHARE = _default_warmup_share()
 """pretextual's default trainer.warmup_steps over its default trainer.max_steps."""
 EVAL_SEEDS = 3
 SMOKE_EVAL_SEEDS = 1
-HF_LR = 5e-4
-"""Hugging Face's peak learning rate (RoBERTa's, for a model this size). At pretextual's
-3e-3 its line-by-line training collapsed the encoder below the untrained one's probe score
-(docs/benchmarks.md), which leaves no final score to race to."""
+
+
+@dataclass(frozen=True)
+class HfArm:
+    """One Hugging Face side: the transformers class it trains, the shipped recipe whose
+    encoder config (exported as transformers reads it) it is built from, and its peak
+    learning rate (None: pretextual's)."""
+
+    model_class: str
+    recipe: str
+    lr: float | None
+    why: str
+
+
+HF_ARMS = (
+    HfArm("ModernBertForMaskedLM", RECIPE, None,
+          "pretextual's: the same model, so the same settings"),
+    HfArm("BertForMaskedLM", "bert", 5e-4,
+          "RoBERTa's for a model this size: at 3e-3 line-by-line training collapsed the "
+          "post-LN encoder below its untrained probe score"),
+)
 
 
 # --- the pure logic ---------------------------------------------------------------------------
@@ -208,7 +230,17 @@ def _pretextual_config(ws: Workspace, *overrides: str):
     return ws.config(RECIPE, "trainer.export=", "trainer.plot=false", "trainer.loggers=[]",
                      "trainer.log_every=1", "trainer.eval_every=0", "trainer.seed=0",
                      "trainer.checkpoint_every=1000000000", "trainer.keep_checkpoints=1000",
-                     *overrides)
+                     *overrides, sized=False)
+
+
+def hf_config_json(ws: Workspace, recipe: str, model_class: str) -> dict:
+    """config.json of ``recipe``'s encoder at the workspace's vocabulary, as pretextual
+    exports it for ``model_class``: the Hugging Face side builds its model from it."""
+    from pretextual.core.trainer import encoder_config
+    from pretextual.exporters.hf import config_json
+
+    cfg = ws.config(recipe, sized=False)
+    return config_json(encoder_config(cfg, ws.vocab.size, ws.vocab.pad_id), model_class, ws.vocab)
 
 
 def pretextual_side(ws: Workspace, budget: float, fractions: tuple[float, ...],
@@ -240,6 +272,7 @@ def pretextual_side(ws: Workspace, budget: float, fractions: tuple[float, ...],
     optimizer = trainer.optimizer.defaults
     return {"checkpoints": schedule.taken, "seconds_per_step": per_step, "max_steps": max_steps,
             "warmup": warmup, "steps": trainer.step, "tokens": saver.tokens,
+            "parameters": sum(p.numel() for p in trainer.model.bert.parameters()),
             "lr": optimizer["lr"], "betas": tuple(optimizer["betas"]), "eps": optimizer["eps"],
             "weight_decay": trainer.cfg.trainer.weight_decay,
             "max_grad_norm": trainer.cfg.trainer.max_grad_norm}
@@ -311,9 +344,11 @@ def _hf_run(sizes: Sizes, device: torch.device, root: Path, settings: dict) -> d
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     out = Path(settings["out"])
 
+    config = transformers.AutoConfig.for_model(**settings["config"], attn_implementation="sdpa")
+
     def trainer(max_steps: int, warmup: int, callback, run: str):
         transformers.set_seed(0)  # as run_mlm.py: before the model is built
-        model = hf_model("BertForMaskedLM", sizes, ws.vocab, device)
+        model = getattr(transformers, settings["model_class"])(config).to(device).train()
         args = TrainingArguments(
             output_dir=str(out / run), per_device_train_batch_size=sizes.batch,
             learning_rate=settings["lr"], weight_decay=settings["weight_decay"],
@@ -347,6 +382,7 @@ def _hf_run(sizes: Sizes, device: torch.device, root: Path, settings: dict) -> d
     hf.train()
     return {"checkpoints": schedule.taken, "seconds_per_step": per_step, "max_steps": max_steps,
             "warmup": warmup, "steps": hf.state.global_step, "examples": len(examples),
+            "parameters": model_box["model"].base_model.num_parameters(),
             "optimizer": type(hf.optimizer.optimizer if hasattr(hf.optimizer, "optimizer")
                               else hf.optimizer).__name__,
             "optim": getattr(hf.args.optim, "value", str(hf.args.optim)),
@@ -356,26 +392,34 @@ def _hf_run(sizes: Sizes, device: torch.device, root: Path, settings: dict) -> d
 
 # --- the section ------------------------------------------------------------------------------
 
-def downstream(ours: list[str], theirs: list[str], seeds: int) -> dict:
+def downstream(paths: dict[str, list[str]], seeds: int) -> tuple[dict, dict[str, dict]]:
     """The probe of every checkpoint on the task, on the same splits and seeds (each seed's
     folds are fixed by the task and the seed): the baselines (majority, TF-IDF, each side's
     untrained encoder) with the final checkpoints, then each other checkpoint alone, so
-    no pair of models is compared (``evaluate`` compares every two models it is given)."""
-    from pretextual.evaluation.evaluate import EvalSettings, evaluate
+    no pair of models is compared (``evaluate`` compares every two models it is given).
+    Returns the final checkpoints' result and, by side, its untrained encoder's score."""
+    from pretextual.evaluation.encoders import load_encoder
+    from pretextual.evaluation.evaluate import UNTRAINED, EvalSettings, evaluate
     from pretextual.evaluation.tasks import load_task
     from pretextual.plugins.manager import Plugins
 
     task = load_task(TASK, Plugins())
     quiet = lambda *_: None  # noqa: E731
     settings = EvalSettings(protocols=("probe",), seeds=seeds)
-    finals = [ours[-1], theirs[-1]]
-    result = evaluate(finals, [task], settings, log=quiet)["tasks"][TASK]
+    finals = {name: side[-1] for name, side in paths.items()}
+    result = evaluate(list(finals.values()), [task], settings, log=quiet)["tasks"][TASK]
+    # evaluate's labels: the first model's twin is "untrained", another size's "untrained:<model>"
+    labels: dict[tuple, str] = {}
+    for path in finals.values():
+        labels.setdefault(load_encoder(path).key(), UNTRAINED if not labels else f"{UNTRAINED}:{path}")
+    floors = {name: result["baselines"][labels[load_encoder(path).key()]]["probe"]
+              for name, path in finals.items()}
     alone = replace(settings, baselines=False)
-    for path in dict.fromkeys(ours + theirs):
+    for path in dict.fromkeys(p for side in paths.values() for p in side):
         if path not in result["models"]:
             result["models"][path] = evaluate([path], [task], alone,
                                               log=quiet)["tasks"][TASK]["models"][path]
-    return result
+    return result, floors
 
 
 def time_to_quality(ws: Workspace, report: Report) -> None:
@@ -395,87 +439,93 @@ def time_to_quality(ws: Workspace, report: Report) -> None:
               file=sys.stderr, flush=True)
 
     say(f"pretextual ({RECIPE} recipe), {budget:.0f} s")
-    ours = pretextual_side(ws, budget, fractions, measure)
-    hf_out = Path(tempfile.mkdtemp(prefix="hf-mlm-", dir=ws.root))
-    settings = {"out": str(hf_out), "budget": budget, "fractions": fractions, "measure": measure,
-                **{k: ours[k] for k in ("betas", "eps", "weight_decay", "max_grad_norm")},
-                "lr": HF_LR}
-    say(f"Hugging Face (BertForMaskedLM, transformers.Trainer), {budget:.0f} s")
-    with Isolated("benchmarks.quality:hf_quality_side", s, ws.device, ws.root, settings,
-                  threads=torch.get_num_threads()) as side:
-        theirs = side.call("run")
+    sides = {"pretextual": pretextual_side(ws, budget, fractions, measure)}
+    ours = sides["pretextual"]
+    for arm in HF_ARMS:
+        say(f"Hugging Face ({arm.model_class}, transformers.Trainer), {budget:.0f} s")
+        settings = {"out": tempfile.mkdtemp(prefix=f"hf-{arm.model_class}-", dir=ws.root),
+                    "budget": budget, "fractions": fractions, "measure": measure,
+                    **{k: ours[k] for k in ("betas", "eps", "weight_decay", "max_grad_norm")},
+                    "lr": ours["lr"] if arm.lr is None else arm.lr,
+                    "model_class": arm.model_class,
+                    "config": hf_config_json(ws, arm.recipe, arm.model_class)}
+        with Isolated("benchmarks.quality:hf_quality_side", s, ws.device, ws.root, settings,
+                      threads=torch.get_num_threads()) as side:
+            sides[arm.model_class] = {**side.call("run"), "lr": settings["lr"], "arm": arm}
 
-    sides = {"pretextual": ours, "hf": theirs}
     paths = {name: [c.path for c in side["checkpoints"]] for name, side in sides.items()}
-    count = len(dict.fromkeys(paths["pretextual"] + paths["hf"]))
+    count = len({p for side in paths.values() for p in side})
     say(f"evaluating {count} checkpoints on {TASK} ({seeds} seeds)")
-    result = downstream(paths["pretextual"], paths["hf"], seeds)
+    result, floors = downstream(paths, seeds)
     score = {name: [result["models"][c.path]["probe"] for c in side["checkpoints"]]
              for name, side in sides.items()}
-    add_rows(report, sides, score, result, budget, seeds, s.describe())
+    for arm in HF_ARMS:
+        add_rows(report, ours, sides[arm.model_class], arm.model_class, score["pretextual"],
+                 score[arm.model_class], floors["pretextual"], floors[arm.model_class],
+                 result["metric"], budget, seeds)
+    details(report, sides, result, budget, seeds, s)
 
 
 def curve(side: dict, scores: list[dict]) -> list[tuple[float, float]]:
     return [(c.seconds, e["mean"]) for c, e in zip(side["checkpoints"], scores)]
 
 
-def add_rows(report: Report, sides: dict, score: dict, result: dict, budget: float,
-             seeds: int, sizes: str) -> None:
-    ours, theirs = sides["pretextual"], sides["hf"]
-    metric = result["metric"]
-    what = f"time to quality: {TASK} probe {metric}"
+def add_rows(report: Report, ours: dict, theirs: dict, name: str, ours_score: list[dict],
+             theirs_score: list[dict], ours_floor: dict, theirs_floor: dict, metric: str,
+             budget: float, seeds: int) -> None:
+    """The rows of pretextual against one Hugging Face arm (``name``, its model class)."""
+    what = f"time to quality against {name}: {TASK} probe {metric}"
     for c_ours, c_hf, e_ours, e_hf in zip(ours["checkpoints"], theirs["checkpoints"],
-                                          score["pretextual"], score["hf"]):
+                                          ours_score, theirs_score):
         ratio = e_ours["mean"] / e_hf["mean"] if e_hf["mean"] else None
         report.add(Row("6", f"{what} at {c_ours.fraction:.0%} of the {budget:.0f} s budget "
                             f"(mean +/- sd over {seeds} seed(s); training seconds, step)",
                        f"{fmt_score(e_ours)} ({c_ours.seconds:,.0f} s, step {c_ours.step})",
                        f"{fmt_score(e_hf)} ({c_hf.seconds:,.0f} s, step {c_hf.step})",
                        ratio, "" if ratio is None else f"{ratio:.2f}x"))
-    baselines = result["baselines"]
-    untrained = {k: v["probe"] for k, v in baselines.items() if k.startswith("untrained")}
-    first = untrained.get("untrained")
-    theirs_untrained = next((v for k, v in untrained.items() if k != "untrained"), first)
-    report.add(Row("6", f"{what}, the untrained encoder (each side's architecture and "
-                        f"tokenizer, pretextual's initialisation)",
-                   fmt_score(first) if first else "n/a",
-                   fmt_score(theirs_untrained) if theirs_untrained else "n/a", None, ""))
+    report.add(Row("6", f"{what}, the untrained encoder (each side's model and tokenizer, "
+                        f"pretextual's initialisation)",
+                   fmt_score(ours_floor), fmt_score(theirs_floor), None, ""))
 
-    final = {name: (side["checkpoints"][-1], score[name][-1]) for name, side in sides.items()}
-    hf_time, hf_final = final["hf"][0].seconds, final["hf"][1]["mean"]
-    ours_time, ours_final = final["pretextual"][0].seconds, final["pretextual"][1]["mean"]
-    t, bound = time_to_reach(curve(ours, score["pretextual"]), hf_final)
+    hf_time, hf_final = theirs["checkpoints"][-1].seconds, theirs_score[-1]["mean"]
+    ours_time, ours_final = ours["checkpoints"][-1].seconds, ours_score[-1]["mean"]
+    t, bound = time_to_reach(curve(ours, ours_score), hf_final)
     speedup = 0.0 if t is None else hf_time / max(t, 1e-9)
     ratio_text = "not reached" if t is None else f"{'>= ' if bound else ''}{speedup:.1f}x"
-    floor = theirs_untrained["mean"] if theirs_untrained else None
-    learned = floor is None or hf_final > floor
-    if not learned:
+    if hf_final <= theirs_floor["mean"]:
         # A score the untrained encoder already has is no quality to reach: no verdict.
         speedup, ratio_text = None, (f"n/a: Hugging Face's final score is not above its "
-                                     f"untrained encoder's ({floor:.3f})")
+                                     f"untrained encoder's ({theirs_floor['mean']:.3f})")
     report.add(Row("6", f"{what}: time to reach Hugging Face's final score "
                         f"({hf_final:.3f}); ratio: Hugging Face's time over pretextual's",
                    fmt_reach(t, bound, budget), f"{hf_time:,.0f} s (its final checkpoint)",
                    speedup, ratio_text, 3.0, ">= 3x (a third of the time)"))
-    t_hf, bound_hf = time_to_reach(curve(theirs, score["hf"]), ours_final)
+    t_hf, bound_hf = time_to_reach(curve(theirs, theirs_score), ours_final)
     report.add(Row("6", f"{what}: time to reach pretextual's final score ({ours_final:.3f})",
                    f"{ours_time:,.0f} s (its final checkpoint)", fmt_reach(t_hf, bound_hf, budget),
                    None, ""))
 
-    other = {k: v["probe"] if "probe" in v else v for k, v in baselines.items()
-             if not k.startswith("untrained")}
+
+def details(report: Report, sides: dict, result: dict, budget: float, seeds: int,
+            sizes: Sizes) -> None:
+    """What each side trained, and with which settings, under the table."""
+    ours = sides["pretextual"]
+    arms = "; ".join(
+        f"{name} (built from the {side['arm'].recipe} recipe's config, {side['parameters']:,} "
+        f"parameters; optim {side['optim']}, {side['scheduler']} schedule, learning rate "
+        f"{side['lr']}: {side['arm'].why}): {side['steps']} steps of {side['max_steps']} "
+        f"({side['warmup']} warm-up), sized from {side['seconds_per_step']:.3f} s a step; "
+        f"{side['examples']:,} line-by-line examples"
+        for name, side in sides.items() if name != "pretextual")
+    other = {k: v for k, v in result["baselines"].items() if not k.startswith("untrained")}
     report.details.append(
-        f"Time to quality: {sizes}; budget {budget:.0f} s of training time per "
-        f"side. pretextual ({RECIPE} recipe): {ours['steps']} steps of a schedule of "
-        f"{ours['max_steps']} ({ours['warmup']} warm-up), sized from the "
+        f"Time to quality: vocab {sizes.vocab}, sequence {sizes.seq}, batch {sizes.batch}; "
+        f"budget {budget:.0f} s of training time per side. pretextual ({RECIPE} recipe, "
+        f"{ours['parameters']:,} parameters, learning rate {ours['lr']}): {ours['steps']} steps "
+        f"of a schedule of {ours['max_steps']} ({ours['warmup']} warm-up), sized from the "
         f"{ours['seconds_per_step']:.3f} s a step its measurement run took; {ours['tokens']:,} "
-        f"real tokens. Hugging Face (BertForMaskedLM, transformers.Trainer, optim "
-        f"{theirs['optim']}, {theirs['scheduler']} schedule): {theirs['steps']} steps of "
-        f"{theirs['max_steps']} ({theirs['warmup']} warm-up), sized from "
-        f"{theirs['seconds_per_step']:.3f} s a step; {theirs['examples']:,} line-by-line examples. "
-        f"Learning rate: pretextual {ours['lr']}, Hugging Face {HF_LR} (at 3e-3 its encoder "
-        f"collapsed). Both: AdamW betas {ours['betas']}, eps {ours['eps']}, weight decay "
-        f"{ours['weight_decay']}, clipping {ours['max_grad_norm']}, linear decay to 0 at the "
-        f"schedule's end. Downstream: `pretextual evaluate` probe of {TASK} "
-        f"({result['n']} examples, grouped 5-fold cross-validation, {seeds} seed(s)); other "
-        f"baselines: " + ", ".join(f"{k} {fmt_score(v)}" for k, v in other.items()) + ".")
+        f"real tokens. Hugging Face: {arms}. All: AdamW betas {ours['betas']}, eps "
+        f"{ours['eps']}, weight decay {ours['weight_decay']}, clipping {ours['max_grad_norm']}, "
+        f"linear decay to 0 at the schedule's end. Downstream: `pretextual evaluate` probe of "
+        f"{TASK} ({result['n']} examples, grouped 5-fold cross-validation, {seeds} seed(s)); "
+        f"other baselines: " + ", ".join(f"{k} {fmt_score(v)}" for k, v in other.items()) + ".")

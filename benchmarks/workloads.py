@@ -67,8 +67,8 @@ SMOKE = Sizes(layers=2, hidden=64, heads=2, intermediate=256, vocab=1000, seq=32
 
 QUALITY = replace(REFERENCE, layers=2, hidden=128, heads=2, intermediate=512, vocab=8192, seq=64,
                   batch=64)
-"""The time-to-quality comparison's sizes: the main job's (the tiny preset, its vocabulary,
-sequence length and batch), the size that learns past the unigram stage within its budget."""
+"""The time-to-quality comparison's vocabulary, sequence length and batch: the main job's (its
+models are the recipes' own tiny presets, not these layer sizes)."""
 
 
 # --- corpus and tokenizer -----------------------------------------------------------------------
@@ -166,8 +166,10 @@ class Workspace:
         """The corpus line by line (one sentence a line), as Hugging Face's line_by_line reads it."""
         return [s for d in self.docs for s in d.sentences]
 
-    def config(self, recipe: str, *overrides: str):
-        """A pretextual config from a shipped recipe, at the run's sizes, reading the shared corpus."""
+    def config(self, recipe: str, *overrides: str, sized: bool = True):
+        """A pretextual config from a shipped recipe, at the run's sizes (``sized=False``: its
+        model the recipe's own preset; the run's vocabulary, length and batch), reading the
+        shared corpus."""
         s = self.sizes
         run_dir = Path(tempfile.mkdtemp(prefix=f"{recipe}-", dir=self.root))
         return load_config(recipe, [
@@ -175,7 +177,7 @@ class Workspace:
             f"data.cache_dir={self.root / 'cache'}", f"data.max_seq_length={s.seq}",
             f"data.batch_size={s.batch}", "data.eval_fraction=0", f"trainer.output_dir={run_dir}",
             f"trainer.device={self.device.type}", "trainer.progress=false",
-            *s.encoder_overrides(), *overrides])
+            *(s.encoder_overrides() if sized else ()), *overrides])
 
     def trainer(self, recipe: str, *overrides: str):
         from pretextual.core.trainer import Trainer
