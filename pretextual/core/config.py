@@ -157,7 +157,7 @@ class TrainerConfig:
     """Held-out batches per evaluation."""
     eval_tasks: list[str] = field(default_factory=list)
     """Downstream tasks probed at each evaluation and on the initial encoder (task files with text/label columns, or registered names such as python-packages): the frozen-feature probe of `pretextual evaluate`, logged as eval/<task>/<metric>."""
-    summary_task: Optional[str] = "python-packages"
+    summary_task: Optional[str] = "word-order"
     """The downstream task `pretextual train` probes on the final and on the untrained encoder for its closing summary, when eval_tasks is empty (null: none)."""
     log_every: int = 1
     """Append a metrics line every N steps."""

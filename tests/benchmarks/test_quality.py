@@ -185,3 +185,22 @@ def test_no_verdict_when_hugging_faces_final_score_is_no_better_than_its_untrain
     # pretextual's first checkpoint (0.405) is above 0.356, but so is the untrained encoder
     assert goal.pretextual.startswith("<= 60 s") and goal.ratio is None and goal.met == ""
     assert goal.ratio_text.startswith("n/a: Hugging Face's final score is not above")
+
+
+def test_details_name_each_arms_model_settings_and_the_baselines():
+    from benchmarks.quality import HF_ARMS, details
+    from benchmarks.workloads import QUALITY
+
+    sides = {"pretextual": {**_side("p", [60.0, 180.0, 300.0], [110, 330, 550]), "parameters": 1000}}
+    for arm in HF_ARMS:
+        sides[arm.model_class] = {**_side("h", [61.0, 181.0, 301.0], [20, 60, 100]),
+                                  "parameters": 990, "arm": arm, "lr": arm.lr or 1e-3}
+    result = {"n": 2000, "baselines": {"majority": _entry(0.5), "tfidf": _entry(0.55),
+                                       "untrained": {"probe": _entry(0.48)}}}
+    report = Report(command="x", mode="x", machine={})
+    details(report, sides, result, 300.0, 3, QUALITY)
+    (text,) = report.details
+    assert "vocab 8192, sequence 64, batch 64" in text and "1,000 parameters" in text
+    for arm in HF_ARMS:
+        assert f"{arm.model_class} (built from the {arm.recipe} recipe's config, 990 parameters" in text
+    assert text.endswith("other baselines: majority 0.500 +/- 0.010, tfidf 0.550 +/- 0.010.")
