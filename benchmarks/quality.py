@@ -11,7 +11,7 @@ Hugging Face, one arm per model class (:data:`HF_ARMS`): ``DataCollatorForLangua
 each, as run_mlm.py --line_by_line builds them), in a process of its own, training
 ``ModernBertForMaskedLM`` with the config pretextual's encoder exports as (the same model)
 and ``BertForMaskedLM`` with the ``bert`` recipe's tiny preset (the same parameter count
-within 1%); the same tokenizer, batch size, warm-up share, linear decay, AdamW settings and
+within 3%); the same tokenizer, batch size, warm-up share, linear decay, AdamW settings and
 gradient clipping, and each arm's peak learning rate.
 
 Each side first measures its seconds per step (a short run of its own, thrown away), so
