@@ -1,4 +1,4 @@
-"""Comparison 6, time to quality: models of one size trained on the same corpus for the same
+"""Comparison 6, time to quality: models of about one size trained on the same corpus for the same
 wall-clock budget by pretextual and by what a Hugging Face user runs, each checkpoint
 scored downstream by ``pretextual evaluate`` (the frozen-feature probe of the word-order
 task, same splits and seeds for every model).
@@ -10,8 +10,8 @@ Hugging Face, one arm per model class (:data:`HF_ARMS`): ``DataCollatorForLangua
 (mlm_probability 0.15) + ``transformers.Trainer`` on line-by-line examples (one sentence
 each, as run_mlm.py --line_by_line builds them), in a process of its own, training
 ``ModernBertForMaskedLM`` with the config pretextual's encoder exports as (the same model)
-and ``BertForMaskedLM`` with the ``bert`` recipe's tiny preset (the same parameter count
-within 3%); the same tokenizer, batch size, warm-up share, linear decay, AdamW settings and
+and ``BertForMaskedLM`` with the ``bert`` recipe's tiny preset (a BERT of about the same
+size); the same tokenizer, batch size, warm-up share, linear decay, AdamW settings and
 gradient clipping, and each arm's peak learning rate.
 
 Each side first measures its seconds per step (a short run of its own, thrown away), so
@@ -44,7 +44,7 @@ TASK = "word-order"
 """Word order, not vocabulary, separates a pretrained encoder's frozen features from an
 untrained one's at this scale (docs/evaluation.md); python-packages' probe does not."""
 FRACTIONS = (0.05, 0.1, 0.2, 1 / 3, 0.4, 0.6, 0.8, 1.0)
-"""Where in the budget each side writes a checkpoint (1/3: the issue's goal)."""
+"""Where in the budget each side writes a checkpoint (1/3: the 3x goal)."""
 SMOKE_FRACTIONS = (0.5, 1.0)
 """Two checkpoints a side at the smoke sizes: the probe's fits dominate a smoke run."""
 BUDGET_SECONDS = 270.0
@@ -71,8 +71,8 @@ SMOKE_EVAL_SEEDS = 1
 @dataclass(frozen=True)
 class HfArm:
     """One Hugging Face side: the transformers class it trains, the shipped recipe whose
-    encoder config (exported as transformers reads it) it is built from, and its peak
-    learning rate (None: pretextual's)."""
+    encoder config (exported as transformers reads it) it is built from, its peak
+    learning rate (None: pretextual's) and why that rate, for the report."""
 
     model_class: str
     recipe: str
@@ -337,6 +337,9 @@ def _hf_run(sizes: Sizes, device: torch.device, root: Path, settings: dict) -> d
     transformers.logging.set_verbosity_error()
     ws = Workspace.reopen(sizes, device, root)
     tokenizer = hf_tokenizer(ws.tokenizer, ws.vocab)
+    # Saved with the checkpoints: `pretextual evaluate` then probes them at the length they
+    # were trained on, as it probes pretextual's (else at up to 128 tokens).
+    tokenizer.model_max_length = sizes.seq
     encoded = tokenizer(ws.lines, truncation=True, max_length=sizes.seq,
                         return_special_tokens_mask=True)
     examples = _Examples([{"input_ids": ids, "special_tokens_mask": sm}
@@ -408,12 +411,13 @@ def downstream(paths: dict[str, list[str]], seeds: int) -> tuple[dict, dict[str,
     settings = EvalSettings(protocols=("probe",), seeds=seeds)
     finals = {name: side[-1] for name, side in paths.items()}
     result = evaluate(list(finals.values()), [task], settings, log=quiet)["tasks"][TASK]
-    # evaluate's labels: the first model's twin is "untrained", another size's "untrained:<model>"
+    # Which baseline is whose twin: evaluate labels the first model's "untrained" and the
+    # first of each other key (architecture, config, seed, tokenizer, length) "untrained:<model>".
+    keys = {name: load_encoder(path).key() for name, path in finals.items()}
     labels: dict[tuple, str] = {}
-    for path in finals.values():
-        labels.setdefault(load_encoder(path).key(), UNTRAINED if not labels else f"{UNTRAINED}:{path}")
-    floors = {name: result["baselines"][labels[load_encoder(path).key()]]["probe"]
-              for name, path in finals.items()}
+    for name, key in keys.items():
+        labels.setdefault(key, UNTRAINED if not labels else f"{UNTRAINED}:{finals[name]}")
+    floors = {name: result["baselines"][labels[key]]["probe"] for name, key in keys.items()}
     alone = replace(settings, baselines=False)
     for path in dict.fromkeys(p for side in paths.values() for p in side):
         if path not in result["models"]:
@@ -423,6 +427,8 @@ def downstream(paths: dict[str, list[str]], seeds: int) -> tuple[dict, dict[str,
 
 
 def time_to_quality(ws: Workspace, report: Report) -> None:
+    """The section: pretextual's side, each Hugging Face arm in a process of its own, then
+    every checkpoint scored downstream, and the rows of pretextual against each arm."""
     if not ws.sizes.smoke:
         root = ws.root / "quality"
         root.mkdir()
@@ -467,6 +473,7 @@ def time_to_quality(ws: Workspace, report: Report) -> None:
 
 
 def curve(side: dict, scores: list[dict]) -> list[tuple[float, float]]:
+    """A side's (training seconds, mean score) at each of its checkpoints."""
     return [(c.seconds, e["mean"]) for c, e in zip(side["checkpoints"], scores)]
 
 

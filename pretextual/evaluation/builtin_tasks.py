@@ -16,6 +16,7 @@ order a pretrained encoder has learned.
 from __future__ import annotations
 
 import ast
+import functools
 import random
 import sysconfig
 from pathlib import Path
@@ -50,13 +51,18 @@ def _sentences(path: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+@functools.lru_cache(maxsize=1)
+def _pretraining_sentences() -> frozenset[str]:
+    # Files the embedded corpus skips still share docstrings with the ones it reads
+    # (asyncio.Queue with queue.Queue): those sentences are left out of the tasks too.
+    return frozenset(s for document in embedded_corpus() for s in document.sentences)
+
+
 def python_packages() -> TaskData:
     """The python-packages task: the same examples on every install of one Python version."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     data = TaskData(text=[], label=[], group=[])
-    # Files the embedded corpus skips still share docstrings with the ones it reads
-    # (asyncio.Queue with queue.Queue): those sentences are left out too.
-    seen = {s for document in embedded_corpus() for s in document.sentences}
+    seen = set(_pretraining_sentences())
     rng = random.Random(0)
     for label, packages in PACKAGES.items():
         files = sorted(p for package in packages for p in (stdlib / package).rglob("*.py")
@@ -105,7 +111,8 @@ def _swap_adjacent(words: list[str], rng: random.Random) -> list[str] | None:
 
 def word_order() -> TaskData:
     """The word-order task: python-packages' sentences, half of them (a seeded draw) with
-    adjacent words swapped, labelled ``original`` or ``swapped``, grouped by source file."""
+    adjacent words swapped, labelled ``original`` or ``swapped``, grouped by source file (a
+    drawn sentence with no two different words to swap stays ``original``)."""
     source = python_packages()
     rng = random.Random(0)
     chosen = set(rng.sample(range(len(source.text)), len(source.text) // 2))

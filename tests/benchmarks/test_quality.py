@@ -143,7 +143,8 @@ def _rows(ours, theirs, ours_floor=None, theirs_floor=None):
              "hf": _side("h", [61.0, 181.0, 301.0], [20, 60, 100])}
     add_rows(report, sides["pretextual"], sides["hf"], "BertForMaskedLM",
              [_entry(m) for m in ours], [_entry(m) for m in theirs],
-             _entry(ours_floor or 0.35), _entry(theirs_floor or 0.36), "accuracy", 300.0, 3)
+             _entry(0.35 if ours_floor is None else ours_floor),
+             _entry(0.36 if theirs_floor is None else theirs_floor), "accuracy", 300.0, 3)
     return report.rows
 
 
