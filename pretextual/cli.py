@@ -215,7 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=STRICT_PLUGINS_HELP)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     add_command = functools.partial(sub.add_parser, parents=[strict])
-    config_help = "a recipe (modernbert, bert, roberta, albert, spanbert, bert-128-512) or a YAML file, then key=value overrides"
+    from pretextual.core.config import DEFAULT_RECIPE, recipe_names
+    config_help = (f"a recipe ({', '.join(recipe_names())}; default {DEFAULT_RECIPE}) or a "
+                   f"YAML file, then key=value overrides")
 
     train = add_command("train", help="pretrain an encoder", epilog=_keys_help,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
